@@ -1,0 +1,1 @@
+"""Command line and shared adapters of gpu-scheduler."""

@@ -1,0 +1,3 @@
+from gpu_scheduler import cli
+
+raise SystemExit(cli.main())

@@ -1,0 +1,239 @@
+"""`gpu-scheduler`: one command, a subcommand per job (contract in DESIGN.md).
+
+Adapters only: parse arguments and files, call one pure function, print the result.
+Heavy imports happen inside each subcommand so `--help` is instant and the webhook's
+metrics mode is chosen before prometheus_client is first imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_INVALID = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_INVALID
+    logging.basicConfig(
+        level=getattr(args, "log_level", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as err:
+        print(f"gpu-scheduler: {err}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+class UsageError(Exception):
+    """A problem with what the user gave us; printed without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-scheduler",
+        description="GPU-aware admission webhook and scheduler for Kubernetes.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    mutate = commands.add_parser(
+        "mutate",
+        help="show what the webhook would do to a pod",
+        description="Print the pod as the webhook would patch it on creation (or the JSON patch with --patch).",
+    )
+    mutate.add_argument("pod", metavar="POD.yaml", help="a Pod manifest (YAML or JSON)")
+    mutate.add_argument("--config", required=True, metavar="FILE", help="config.yaml or a ConfigMap manifest")
+    mutate.add_argument(
+        "--namespace-labels", default="", metavar="k=v,...",
+        help="labels of the pod's namespace, for rules with a namespaceSelector (default: none)",
+    )
+    mutate.add_argument("--patch", action="store_true", help="print the JSON patch instead of the pod")
+    mutate.set_defaults(run=_mutate)
+
+    config_cmd = commands.add_parser("config", help="work with the configuration")
+    config_sub = config_cmd.add_subparsers(title="config commands", metavar="COMMAND")
+    check = config_sub.add_parser(
+        "check",
+        help="validate a config file",
+        description="Validate config.yaml or a ConfigMap manifest. Exit 0 when valid, 2 with every problem.",
+    )
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(run=_config_check)
+
+    certs_cmd = commands.add_parser("certs", help="certificates for the webhook")
+    certs_sub = certs_cmd.add_subparsers(title="certs commands", metavar="COMMAND")
+    generate = certs_sub.add_parser(
+        "generate",
+        help="make a CA and a serving certificate",
+        description="Write ca.crt, tls.crt and tls.key (0600) for the webhook Service, and print the caBundle.",
+    )
+    generate.add_argument("--service", required=True, help="the webhook Service name")
+    generate.add_argument("--namespace", required=True, help="the Service's namespace")
+    generate.add_argument("--out", required=True, type=Path, metavar="DIR")
+    generate.add_argument("--ip", action="append", default=[], metavar="IP", help="an IP SAN (repeatable)")
+    generate.add_argument("--days", type=int, default=365, help="serving certificate validity (default 365)")
+    generate.set_defaults(run=_certs_generate)
+
+    webhook = commands.add_parser(
+        "webhook",
+        help="serve the mutating admission webhook",
+        description="Serve POST /mutate, /healthz, /readyz and /metrics over TLS under gunicorn.",
+    )
+    source = webhook.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
+    source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    webhook.add_argument("--cert", required=True, metavar="FILE", help="TLS certificate (PEM)")
+    webhook.add_argument("--key", required=True, metavar="FILE", help="TLS private key (PEM)")
+    webhook.add_argument("--port", type=int, default=8443)
+    webhook.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    webhook.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default 2)")
+    webhook.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    webhook.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
+    webhook.add_argument("--access-log", action="store_true", help="log every request")
+    webhook.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    webhook.set_defaults(run=_webhook)
+    return parser
+
+
+def _mutate(args: argparse.Namespace) -> int:
+    import jsonpatch
+
+    from webhook import patches
+
+    settings = _load_config(args.config)
+    pod = _load_single_object(args.pod)
+    labels = _parse_labels(args.namespace_labels)
+    decision = patches.decide(pod, namespace_labels=labels, settings=settings)
+    print(f"# {decision.reason}", file=sys.stderr)
+    if args.patch:
+        print(json.dumps(decision.patch, indent=2))
+    else:
+        mutated = jsonpatch.apply_patch(pod, decision.patch) if decision.patch else pod
+        print(yaml.safe_dump(mutated, sort_keys=False), end="")
+    return 0
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from webhook import config
+
+    try:
+        text = Path(args.file).read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read {args.file}: {err.strerror}") from err
+    try:
+        settings = config.loads(text)
+    except config.ConfigError as err:
+        print(f"{args.file}: invalid, {len(err.problems)} problem(s):", file=sys.stderr)
+        for problem in err.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    rules = settings.admission.rules
+    names = ", ".join(rule.name for rule in rules) or "none"
+    print(
+        f"{args.file}: valid: schedulerName {settings.scheduler_name}, {len(rules)} rule(s) ({names}), "
+        f"nodePolicy {settings.scheduling.node_policy}, gpuPolicy {settings.scheduling.gpu_policy}"
+    )
+    return 0
+
+
+def _certs_generate(args: argparse.Namespace) -> int:
+    from certs import files, pki
+
+    try:
+        ca = pki.new_ca(f"{args.service}.{args.namespace} webhook CA")
+        serving = pki.issue(
+            ca,
+            f"{args.service}.{args.namespace}.svc",
+            dns_names=pki.service_dns_names(args.service, args.namespace),
+            ip_addresses=args.ip,
+            valid_days=args.days,
+        )
+    except ValueError as err:
+        raise UsageError(f"--ip: {err}") from err
+    files.write_serving_bundle(args.out, ca, serving)
+    print(f"wrote {args.out}/ca.crt, tls.crt, tls.key; caBundle:", file=sys.stderr)
+    print(pki.ca_bundle(ca.cert_pem))
+    return 0
+
+
+def _webhook(args: argparse.Namespace) -> int:
+    from webhook import serving
+
+    for path in (args.cert, args.key):
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such file (make one with `gpu-scheduler certs generate`)")
+    config_map = None
+    if args.config_map:
+        namespace, _, name = args.config_map.partition("/")
+        if not namespace or not name:
+            raise UsageError(f"--config-map: expected NAMESPACE/NAME, got {args.config_map!r}")
+        config_map = (namespace, name)
+    elif not args.config.is_file():
+        raise UsageError(f"--config {args.config}: no such file")
+
+    def load_app() -> Any:
+        from webhook import app
+
+        return app.create_app(
+            app.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig)
+        )
+
+    serving.serve(
+        load_app,
+        serving.ServerOptions(
+            cert_file=args.cert,
+            key_file=args.key,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            threads=args.threads,
+            log_level=args.log_level,
+            access_log=args.access_log,
+        ),
+        preload=("webhook.app", "kubernetes.client", "gpu_scheduler.watching"),
+    )
+    return 0
+
+
+def _load_config(path: str) -> Any:
+    from webhook import config
+
+    try:
+        return config.loads(Path(path).read_text())
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from err
+    except config.ConfigError as err:
+        raise UsageError(f"{path}: invalid config:\n  " + "\n  ".join(err.problems)) from err
+
+
+def _load_single_object(path: str) -> dict[str, Any]:
+    try:
+        documents = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from err
+    if len(documents) != 1 or not isinstance(documents[0], dict) or documents[0].get("kind", "Pod") != "Pod":
+        raise UsageError(f"{path}: expected exactly one Pod object")
+    return documents[0]
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--namespace-labels: expected k=v pairs separated by commas, got {item!r}")
+        labels[key] = value
+    return labels

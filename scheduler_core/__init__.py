@@ -1,0 +1,1 @@
+"""The scheduling core: cluster model, plugins and framework (pure), plus its adapters."""

@@ -1,0 +1,228 @@
+"""config.yaml validation: valid documents, and invalid ones with their exact messages."""
+
+import textwrap
+
+import pytest
+
+from webhook import config
+
+
+def load(text: str) -> config.Config:
+    return config.loads(textwrap.dedent(text))
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(config.ConfigError) as caught:
+        load(text)
+    return caught.value.problems
+
+
+def test_defaults_fill_what_the_document_leaves_out():
+    settings = load("schedulerName: gpu-scheduler\n")
+    assert settings == config.Config()
+    assert settings.admission.gpu_resources == ("nvidia.com/gpu",)
+    assert settings.admission.initial_deletion_cost == -50
+    assert settings.scheduling.warmup == config.Warmup(seconds=60, cost=0)
+
+
+def test_the_design_example_parses_into_rules():
+    settings = load(
+        """
+        schedulerName: gpu-scheduler
+        admission:
+          gpuResources: [nvidia.com/gpu, amd.com/gpu]
+          overrideSchedulerName: true
+          deletionCost: {initial: -10}
+          rules:
+            - name: a100-training
+              namespaceSelector:
+                matchLabels: {team: research}
+              podSelector:
+                matchExpressions: [{key: job-type, operator: In, values: [training]}]
+              minGPUs: 2
+              maxGPUs: 8
+              set:
+                gpuModel: A100
+                gpuMemoryMiB: 40960
+                deletionCost: -100
+                spot: avoid
+                annotations: {example.com/owner: ml}
+                labels: {tier: gold}
+            - name: any-gpu
+              set: {}
+        scheduling:
+          nodePolicy: spread
+          gpuPolicy: binpack
+          weights: {gpu: 3}
+          warmup: {seconds: 120, cost: 10}
+        """
+    )
+    first = settings.admission.rules[0]
+    assert first.name == "a100-training"
+    assert first.min_gpus == 2 and first.max_gpus == 8
+    assert first.namespace_selector is not None and first.namespace_selector.matches({"team": "research"})
+    assert first.actions.annotation_items() == [
+        ("gpu.nvidia.com/model", "A100"),
+        ("gpu.nvidia.com/memory", "40960"),
+        ("gpu-scheduler.io/spot", "avoid"),
+        ("example.com/owner", "ml"),
+    ]
+    assert first.actions.labels == (("tier", "gold"),)
+    assert settings.admission.override_scheduler_name is True
+    assert settings.admission.gpu_resources == ("nvidia.com/gpu", "amd.com/gpu")
+    assert settings.scheduling.node_policy == "spread"
+    assert settings.scheduling.weights == (("gpu", 3),)
+    assert settings.scheduling.warmup == config.Warmup(seconds=120, cost=10)
+
+
+def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
+    settings = load(
+        """
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: gpu-scheduler-config, namespace: gpu-scheduler}
+        data:
+          config.yaml: |
+            schedulerName: my-gpu-scheduler
+        """
+    )
+    assert settings.scheduler_name == "my-gpu-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ["the config is empty; expected a mapping with schedulerName, admission, scheduling"]),
+        ("[1, 2]", ['<top level>: must be a mapping, got [1, 2]']),
+        ("schedulerName: [", None),  # YAML error, message from the parser
+        ("schedulr: x", ["schedulr: unknown field; expected one of admission, schedulerName, scheduling"]),
+        ("schedulerName: Gpu_Scheduler",
+         ["schedulerName: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'), got \"Gpu_Scheduler\""]),
+        ("admission: {gpuResources: []}",
+         ["admission.gpuResources: must be a non-empty list of resource names, got []"]),
+        ("admission: {gpuResources: ['nvidia.com/gpu', 'bad key!']}",
+         ["admission.gpuResources[1]: name part must be alphanumeric, '-', '_' or '.', starting and ending "
+          "alphanumeric, got \"bad key!\""]),
+        ("admission: {overrideSchedulerName: 'yes'}",
+         ["admission.overrideSchedulerName: must be true or false, got \"yes\""]),
+        ("admission: {deletionCost: {initial: 2147483648}}",
+         ["admission.deletionCost.initial: must be an integer from -2147483648 to 2147483647, got 2147483648"]),
+        ("admission: {deletionCost: {initial: '-5'}}",
+         ["admission.deletionCost.initial: must be an integer from -2147483648 to 2147483647, got \"-5\""]),
+        ("admission: {deletionCost: {inital: -5}}",
+         ["admission.deletionCost.inital: unknown field; expected one of initial"]),
+        ("admission: {rules: {name: a}}", ['admission.rules: must be a list, got {"name": "a"}']),
+        ("admission: {rules: [{set: {}}]}", ["admission.rules[0].name: required"]),
+        ("admission: {rules: [{name: a}, {name: a}]}",
+         ['admission.rules[1].name: duplicate rule name "a" (also rules[0])']),
+        ("admission: {rules: [{name: a, set: {gpuMemoryMiB: 40Gi}}]}",
+         ['admission.rules[0].set.gpuMemoryMiB: must be a positive integer, got "40Gi"']),
+        ("admission: {rules: [{name: a, set: {gpuMemoryMiB: 0}}]}",
+         ["admission.rules[0].set.gpuMemoryMiB: must be a positive integer, got 0"]),
+        ("admission: {rules: [{name: a, set: {gpuMemoryMiB: true}}]}",
+         ["admission.rules[0].set.gpuMemoryMiB: must be a positive integer, got true"]),
+        ("admission: {rules: [{name: a, set: {deletionCost: -2147483649}}]}",
+         ["admission.rules[0].set.deletionCost: must be an integer from -2147483648 to 2147483647, "
+          "got -2147483649"]),
+        ("admission: {rules: [{name: a, set: {gpuModel: 'A100||H100'}}]}",
+         ["admission.rules[0].set.gpuModel: must be model names separated by '|', like A100|H100, "
+          "got \"A100||H100\""]),
+        ("admission: {rules: [{name: a, set: {spot: maybe}}]}",
+         ['admission.rules[0].set.spot: must be one of prefer, avoid, require, forbid, got "maybe"']),
+        ("admission: {rules: [{name: a, set: {gpuModle: A100}}]}",
+         ["admission.rules[0].set.gpuModle: unknown field; expected one of annotations, deletionCost, "
+          "gpuMemoryMiB, gpuModel, labels, spot"]),
+        ("admission: {rules: [{name: a, set: {annotations: {gpu.nvidia.com/model: A100}}}]}",
+         ["admission.rules[0].set.annotations.gpu.nvidia.com/model: reserved annotation; set it with "
+          "set.gpuModel"]),
+        ("admission: {rules: [{name: a, set: {annotations: {controller.kubernetes.io/pod-deletion-cost: '1'}}}]}",
+         ["admission.rules[0].set.annotations.controller.kubernetes.io/pod-deletion-cost: reserved annotation; "
+          "set it with set.deletionCost"]),
+        ("admission: {rules: [{name: a, set: {annotations: {example.com/n: 3}}}]}",
+         ["admission.rules[0].set.annotations.example.com/n: must be a string (quote it in YAML), got 3"]),
+        ("admission: {rules: [{name: a, set: {labels: {tier: 'not a label value'}}}]}",
+         ["admission.rules[0].set.labels.tier: must be alphanumeric, '-', '_' or '.', starting and ending "
+          "alphanumeric, got \"not a label value\""]),
+        ("admission: {rules: [{name: a, set: {labels: {/tier: x}}}]}",
+         ["admission.rules[0].set.labels./tier: invalid key: must not start with '/'"]),
+        ("admission: {rules: [{name: a, minGPUs: 4, maxGPUs: 2}]}",
+         ["admission.rules[0].maxGPUs: must be at least minGPUs (4), got 2"]),
+        ("admission: {rules: [{name: a, minGPUs: -1}]}",
+         ["admission.rules[0].minGPUs: must be an integer >= 0, got -1"]),
+        ("admission: {rules: [{name: 'my rule'}]}",
+         ["admission.rules[0].name: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
+          "got \"my rule\""]),
+        ("admission: {rules: [{name: a, podSelector: {matchExpressions: [{key: k, operator: Equals}]}}]}",
+         ['admission.rules[0].podSelector.matchExpressions[0].operator: must be one of In, NotIn, Exists, '
+          'DoesNotExist, got "Equals"']),
+        ("admission: {rules: [{name: a, podSelector: {matchExpressions: [{key: k, operator: In}]}}]}",
+         ["admission.rules[0].podSelector.matchExpressions[0].values: must be non-empty for operator In"]),
+        ("admission: {rules: [{name: a, podSelector: {matchExpressions: [{key: k, operator: Exists, values: [x]}]}}]}",
+         ['admission.rules[0].podSelector.matchExpressions[0].values: must be empty for operator Exists, '
+          'got ["x"]']),
+        ("admission: {rules: [{name: a, namespaceSelector: {matchLabels: {team: true}}}]}",
+         ["admission.rules[0].namespaceSelector.matchLabels.team: must be a string (quote it in YAML), got true"]),
+        ("admission: {rules: [{name: a, namespaceSelector: {matchLabel: {team: x}}}]}",
+         ["admission.rules[0].namespaceSelector.matchLabel: unknown field; expected one of matchExpressions, "
+          "matchLabels"]),
+        ("scheduling: {nodePolicy: pack}",
+         ['scheduling.nodePolicy: must be one of binpack, spread, got "pack"']),
+        ("scheduling: {weights: {gpu: -1}}", ["scheduling.weights.gpu: must be an integer >= 0, got -1"]),
+        ("scheduling: {warmup: {seconds: 1.5}}",
+         ["scheduling.warmup.seconds: must be an integer >= 0, got 1.5"]),
+    ],
+)
+def test_invalid_documents_name_the_path_and_the_value(text, expected):
+    found = problems(text)
+    if expected is None:
+        assert len(found) == 1 and found[0].startswith("not valid YAML:")
+    else:
+        assert found == expected
+
+
+def test_every_problem_is_reported_not_just_the_first():
+    found = problems(
+        """
+        schedulerName: BAD
+        admission:
+          deletionCost: {initial: x}
+          rules:
+            - {name: a, set: {gpuMemoryMiB: "40Gi"}}
+            - {name: b, minGPUs: x}
+        scheduling: {gpuPolicy: tight}
+        """
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "schedulerName",
+        "admission.deletionCost.initial",
+        "admission.rules[0].set.gpuMemoryMiB",
+        "admission.rules[1].minGPUs",
+        "scheduling.gpuPolicy",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        ({"kind": "ConfigMap", "data": {}},
+         ["data.config.yaml: missing; the ConfigMap must hold the config under this key"]),
+        ({"kind": "ConfigMap", "data": {"config.yaml": "a: ["}}, None),
+        ({"kind": "ConfigMap", "data": {"config.yaml": "admission: {rules: [{name: 1x_}]}"}},
+         ["admission.rules[0].name: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
+          "got \"1x_\""]),
+    ],
+)
+def test_configmap_problems(manifest, expected):
+    with pytest.raises(config.ConfigError) as caught:
+        config.from_configmap(manifest)
+    if expected is None:
+        assert caught.value.problems[0].startswith("data.config.yaml: not valid YAML:")
+    else:
+        assert caught.value.problems == expected
+
+
+def test_the_bundled_example_is_valid():
+    from pathlib import Path
+
+    settings = config.loads((Path(__file__).parents[2] / "examples" / "config.yaml").read_text())
+    assert [rule.name for rule in settings.admission.rules][-1] == "any-gpu"

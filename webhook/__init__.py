@@ -1,0 +1,1 @@
+"""The mutating admission webhook: config model, rule matching, patches (pure) and the Flask app."""

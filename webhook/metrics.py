@@ -1,0 +1,57 @@
+"""Prometheus metrics of the webhook.
+
+Under gunicorn each worker is a process, so exposition uses prometheus_client's
+multiprocess mode whenever PROMETHEUS_MULTIPROC_DIR is set (the `webhook` command sets
+it before any worker starts); otherwise the default registry.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+REQUESTS = Counter(
+    "gpu_scheduler_webhook_requests_total",
+    "Admission requests answered, by outcome (patched, unchanged, ignored, invalid, error, no_config).",
+    ["outcome"],
+)
+LATENCY = Histogram(
+    "gpu_scheduler_webhook_request_duration_seconds",
+    "Time to answer one admission request, from body read to response built.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
+RULE_MATCHES = Counter(
+    "gpu_scheduler_webhook_rule_matches_total",
+    "GPU pods that matched each rule.",
+    ["rule"],
+)
+NAMESPACE_LOOKUP_FAILURES = Counter(
+    "gpu_scheduler_webhook_namespace_lookup_failures_total",
+    "Pods whose namespace labels could not be read, so namespace-selecting rules could not match.",
+)
+CONFIG_RELOADS = Counter(
+    "gpu_scheduler_config_reloads_total",
+    "Valid configurations loaded (the first load included).",
+)
+CONFIG_RELOAD_FAILURES = Counter(
+    "gpu_scheduler_config_reload_failures_total",
+    "Configurations rejected as invalid; the last good one stayed in force.",
+)
+CONFIG_LAST_SUCCESS = Gauge(
+    "gpu_scheduler_config_last_success_timestamp_seconds",
+    "Unix time of the last valid configuration load.",
+    multiprocess_mode="max",
+)
+
+
+def exposition() -> bytes:
+    """All metrics in the text format, summed over gunicorn workers when there are several."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)

@@ -1,0 +1,92 @@
+"""The JSON Patch for one pod: what the admin's rules add, and nothing the pod already has.
+
+The apiserver applies our patch to the exact object it sent; a patch that does not apply
+rejects the pod even under failurePolicy Ignore. So paths are escaped per RFC 6901, maps
+that are missing (or null) are added whole, and `add` is the only operation used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook import config, rules
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome for one pod: the patch (maybe empty), the rule, and why."""
+
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    rule: str | None = None
+    reason: str = ""
+    gpus: Fraction | None = None
+    namespace_unknown: bool = False  # namespace labels could not be read
+
+
+def decide(
+    pod: Mapping[str, Any],
+    *,
+    namespace_labels: Mapping[str, str] | None,
+    settings: config.Config,
+) -> Decision:
+    """Decide how to mutate a pod being created. `namespace_labels` None: unknown."""
+    admission = settings.admission
+    gpus = rules.gpu_demand(pod, admission.gpu_resources)
+    if gpus is None:
+        return Decision(reason="not a GPU pod")
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return Decision(reason=f"already assigned to node {spec['nodeName']}", gpus=gpus)
+    current = spec.get("schedulerName") or DEFAULT_SCHEDULER
+    if current not in (DEFAULT_SCHEDULER, settings.scheduler_name) and not admission.override_scheduler_name:
+        return Decision(reason=f"pod names scheduler {current!r}", gpus=gpus)
+
+    has_namespace_rules = any(r.namespace_selector is not None for r in admission.rules)
+    unknown = namespace_labels is None and has_namespace_rules
+    rule = rules.first_match(
+        admission.rules,
+        pod_labels=rules.labels_of(pod),
+        namespace_labels=namespace_labels,
+        gpus=gpus,
+    )
+    if rule is None:
+        return Decision(reason="no rule matched", gpus=gpus, namespace_unknown=unknown)
+
+    patch: list[dict[str, Any]] = []
+    if spec.get("schedulerName") != settings.scheduler_name:
+        patch.append({"op": "add", "path": "/spec/schedulerName", "value": settings.scheduler_name})
+
+    existing = rules.annotations_of(pod)
+    wanted = [(k, v) for k, v in rule.actions.annotation_items() if k not in existing]
+    cost = admission.initial_deletion_cost if rule.actions.deletion_cost is None else rule.actions.deletion_cost
+    if config.DELETION_COST_ANNOTATION not in existing:
+        wanted.append((config.DELETION_COST_ANNOTATION, str(cost)))
+    if existing.get(config.RULE_ANNOTATION) != rule.name:
+        wanted.append((config.RULE_ANNOTATION, rule.name))
+    patch += _add_to_map(pod, "annotations", wanted)
+
+    labels = rules.labels_of(pod)
+    patch += _add_to_map(pod, "labels", [(k, v) for k, v in rule.actions.labels if k not in labels])
+    return Decision(patch=patch, rule=rule.name, reason=f"matched rule {rule.name!r}", gpus=gpus,
+                    namespace_unknown=unknown)
+
+
+def escape(key: str) -> str:
+    """RFC 6901: `~` becomes `~0`, then `/` becomes `~1`."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _add_to_map(pod: Mapping[str, Any], name: str, items: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    if not items:
+        return []
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return [{"op": "add", "path": "/metadata", "value": {name: dict(items)}}]
+    if not isinstance(metadata.get(name), Mapping):
+        return [{"op": "add", "path": f"/metadata/{name}", "value": dict(items)}]
+    return [{"op": "add", "path": f"/metadata/{name}/{escape(key)}", "value": value} for key, value in items]
