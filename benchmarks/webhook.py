@@ -1,0 +1,238 @@
+"""Webhook throughput and latency against a bare Flask baseline, side by side in one run.
+
+Both servers run under the same gunicorn settings (gthread workers, TLS, keep-alive): ours
+is `gpu-scheduler webhook` on the bundled example config; the baseline is a Flask app
+that returns a fixed AdmissionReview. Clients are separate processes, each holding one
+keep-alive TLS connection that verifies the generated CA.
+
+Two phases per server:
+  saturation  closed loop, every client sends as fast as answers come: req/s, p50, p99
+  paced       open loop at a fixed total rate (default 500 req/s); latency is measured from
+              each request's scheduled send time, so a stall is not hidden
+
+Targets (issue 2): our throughput >= 0.9 x the baseline; p99 <= 5 ms at 500 req/s.
+
+    python benchmarks/webhook.py [--seconds 10] [--clients 4] [--rate 500] [--workers 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests import servers  # noqa: E402
+
+REVIEW = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "bench",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:ml:job-controller"},
+        "namespace": "ml",
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "train-", "namespace": "ml",
+                         "labels": {"job-type": "inference", "app": "resnet"}},
+            "spec": {
+                "containers": [{
+                    "name": "model", "image": "nvcr.io/nvidia/tritonserver:24.05-py3",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"}},
+                }],
+            },
+        },
+    },
+}
+FIXED_RESPONSE = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "response": {"uid": "bench", "allowed": True, "patchType": "JSONPatch",
+                 "patch": base64.b64encode(b'[{"op":"add","path":"/spec/schedulerName","value":"x"}]').decode()},
+}
+
+
+def baseline_app():
+    """The baseline: Flask, same JSON parse, a fixed answer; nothing else."""
+    from flask import Flask, jsonify, request
+
+    app = Flask("baseline")
+
+    @app.post("/mutate")
+    def mutate():
+        json.loads(request.get_data())
+        return jsonify(FIXED_RESPONSE)
+
+    @app.get("/healthz")
+    def healthz():
+        return jsonify(status="ok")
+
+    return app
+
+
+def serve_baseline(args: argparse.Namespace) -> None:
+    from webhook import serving
+
+    serving.serve(baseline_app, serving.ServerOptions(
+        cert_file=args.cert, key_file=args.key, host="127.0.0.1", port=args.port,
+        workers=args.workers, threads=4, log_level="warning"))
+
+
+def client(port: int, cafile: str, seconds: float, interval: float | None, start_at: float, out) -> None:
+    """One keep-alive connection; closed loop when `interval` is None, else paced."""
+    context = ssl.create_default_context(cafile=cafile)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    body = json.dumps(REVIEW).encode()
+    headers = {"Content-Type": "application/json"}
+    latencies, errors = [], 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    begin = time.perf_counter()
+    end = begin + seconds
+    sent = 0
+    while True:
+        scheduled = begin + sent * interval if interval else time.perf_counter()
+        if scheduled >= end:
+            break
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            conn.request("POST", "/mutate", body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                errors += 1
+        except (OSError, http.client.HTTPException):
+            errors += 1
+            conn.close()
+        latencies.append(time.perf_counter() - scheduled)
+        sent += 1
+    out.put((latencies, errors, time.perf_counter() - begin))
+
+
+def drive(port: int, cafile: str, *, clients: int, seconds: float, rate: float | None) -> dict:
+    queue: multiprocessing.Queue = multiprocessing.Queue()
+    interval = clients / rate if rate else None
+    start_at = time.time() + 0.5
+    procs = [multiprocessing.Process(target=client, args=(port, cafile, seconds, interval, start_at, queue))
+             for _ in range(clients)]
+    for p in procs:
+        p.start()
+    results = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    latencies = sorted(x for r in results for x in r[0])
+    elapsed = max(r[2] for r in results)
+    return {
+        "requests": len(latencies),
+        "errors": sum(r[1] for r in results),
+        "rps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+    }
+
+
+def warm_up(port: int, cafile: str) -> None:
+    drive(port, cafile, clients=2, seconds=1.0, rate=None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase (default 10)")
+    parser.add_argument("--clients", type=int, default=4, help="client processes, one connection each (default 4)")
+    parser.add_argument("--rate", type=float, default=500.0, help="total paced rate, req/s (default 500)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers of both servers (default 2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cert", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(args)
+        return 0
+
+    from tqdm import tqdm
+
+    work = Path(tempfile.mkdtemp(prefix="webhook-bench-"))
+    certs = servers.generate_certs(work / "certs")
+    cafile = str(certs / "ca.crt")
+    ours = servers.start_webhook(certs, work, "--config", str(ROOT / "examples" / "config.yaml"),
+                                 workers=args.workers, env={"KUBECONFIG": "/nonexistent"})
+    port = servers.free_port()
+    baseline = subprocess.Popen(
+        [sys.executable, __file__, "--serve-baseline", "--port", str(port), "--workers", str(args.workers),
+         "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key")],
+        stdout=subprocess.DEVNULL, stderr=(work / "baseline.log").open("wb"), start_new_session=True)
+    try:
+        servers.eventually(lambda: _healthy(port, cafile), timeout=30)
+        results: dict[str, dict] = {}
+        phases = [(name, phase) for name in ("baseline", "gpu-scheduler") for phase in ("saturation", "paced")]
+        for name, phase in tqdm(phases, desc="benchmark", unit="phase", disable=args.json):
+            target = ours.port if name == "gpu-scheduler" else port
+            if phase == "saturation":
+                warm_up(target, cafile)
+            rate = args.rate if phase == "paced" else None
+            results.setdefault(name, {})[phase] = drive(target, cafile, clients=args.clients,
+                                                        seconds=args.seconds, rate=rate)
+    finally:
+        ours.stop()
+        os.killpg(baseline.pid, signal.SIGTERM)
+        baseline.wait(15)
+
+    ratio = results["gpu-scheduler"]["saturation"]["rps"] / results["baseline"]["saturation"]["rps"]
+    summary = {
+        "throughput_ratio": ratio,
+        "throughput_target_met": ratio >= 0.9,
+        "p99_at_rate_ms": results["gpu-scheduler"]["paced"]["p99_ms"],
+        "p99_target_met": results["gpu-scheduler"]["paced"]["p99_ms"] <= 5.0,
+        "rate": args.rate,
+        "clients": args.clients,
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
+    }
+    if args.json:
+        print(json.dumps({"results": results, "summary": summary}, indent=2))
+        return 0
+    print(f"\n{'server':<15}{'phase':<12}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    for name, phases_ in results.items():
+        for phase, r in phases_.items():
+            label = f"{phase}@{args.rate:g}" if phase == "paced" else phase
+            print(f"{name:<15}{label:<12}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
+    print(f"\nthroughput ratio gpu-scheduler/baseline: {ratio:.2f} (target >= 0.90: "
+          f"{'met' if summary['throughput_target_met'] else 'NOT met'})")
+    print(f"p99 at {args.rate:g} req/s: {summary['p99_at_rate_ms']:.2f} ms (target <= 5 ms: "
+          f"{'met' if summary['p99_target_met'] else 'NOT met'})")
+    return 0
+
+
+def _healthy(port: int, cafile: str) -> bool:
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=cafile),
+                                           timeout=2)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
