@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# Build (once) the binaries of a local Kubernetes control plane for the e2e tests:
+# etcd, kube-apiserver, kube-scheduler and kubectl, from the Go module proxy with this
+# machine's Go toolchain. Nothing is downloaded as a prebuilt binary and nothing lands in
+# the repository: the generated build modules and the binaries live in a cache directory.
+#
+#   hack/control-plane.sh build      build unless the cache already holds this exact set
+#   hack/control-plane.sh path       print the bin directory
+#   hack/control-plane.sh versions   print each binary's version
+#
+# Environment:
+#   GPU_SCHEDULER_CONTROL_PLANE_DIR   output dir (default ~/.cache/gpu-scheduler/control-plane/<k8s version>)
+#   GPU_SCHEDULER_KUBERNETES_VERSION  k8s.io/kubernetes version (default v1.36.3)
+#   GPU_SCHEDULER_ETCD_VERSION        go.etcd.io/etcd/server/v3 version (default v3.6.16)
+#   GPU_SCHEDULER_GOTOOLCHAIN         toolchain to fetch when the machine's Go is too old (default go1.27.3)
+#   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again
+#   GO                                the go command (default: go on PATH, else /usr/local/go/bin/go)
+set -Eeuo pipefail
+
+KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
+ETCD_VERSION="${GPU_SCHEDULER_ETCD_VERSION:-v3.6.16}"
+FALLBACK_TOOLCHAIN="${GPU_SCHEDULER_GOTOOLCHAIN:-go1.27.3}"
+OUT_DIR="${GPU_SCHEDULER_CONTROL_PLANE_DIR:-$HOME/.cache/gpu-scheduler/control-plane/$KUBE_VERSION}"
+BIN_DIR="$OUT_DIR/bin"
+WORK_DIR="$OUT_DIR/build"
+STAMP="$OUT_DIR/.stamp"
+BINARIES=(etcd kube-apiserver kube-scheduler kubectl)
+
+# "v1.36.3" -> major 1, minor 36, staging modules v0.36.3
+if [[ ! "$KUBE_VERSION" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+    echo "control-plane.sh: GPU_SCHEDULER_KUBERNETES_VERSION must look like v1.36.3, got '$KUBE_VERSION'" >&2
+    exit 2
+fi
+KUBE_MAJOR="${BASH_REMATCH[1]}"
+KUBE_MINOR="${BASH_REMATCH[2]}"
+STAGING_VERSION="v0.${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
+
+STEP="start"
+log() { printf '==> [%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+step() { STEP="$*"; log "$STEP"; }
+fail() {
+    printf 'control-plane.sh: FAILED in step "%s": %s\n' "$STEP" "$*" >&2
+    exit 1
+}
+on_error() {
+    local rc=$?
+    printf 'control-plane.sh: FAILED in step "%s" (exit %s) at line %s: %s\n' \
+        "$STEP" "$rc" "${BASH_LINENO[0]}" "$BASH_COMMAND" >&2
+    exit "$rc"
+}
+trap on_error ERR
+
+# run DESCRIPTION CMD...: run a command, naming the step and the command if it fails.
+run() {
+    local what="$1"
+    shift
+    local rc=0
+    "$@" || rc=$?
+    if ((rc != 0)); then
+        printf 'control-plane.sh: FAILED in step "%s": %s\n  command (in %s): %s\n  exit code: %s\n' \
+            "$STEP" "$what" "$PWD" "$*" "$rc" >&2
+        exit "$rc"
+    fi
+}
+
+find_go() {
+    if [[ -n "${GO:-}" ]]; then
+        echo "$GO"
+    elif command -v go >/dev/null 2>&1; then
+        command -v go
+    elif [[ -x /usr/local/go/bin/go ]]; then
+        echo /usr/local/go/bin/go
+    else
+        return 1
+    fi
+}
+
+stamp_text() {
+    printf 'kubernetes=%s staging=%s etcd=%s\n' "$KUBE_VERSION" "$STAGING_VERSION" "$ETCD_VERSION"
+}
+
+all_binaries_present() {
+    local b
+    for b in "${BINARIES[@]}"; do
+        [[ -x "$BIN_DIR/$b" ]] || return 1
+    done
+}
+
+cmd_versions() {
+    all_binaries_present || {
+        echo "control-plane.sh: binaries missing in $BIN_DIR: run hack/control-plane.sh build" >&2
+        exit 1
+    }
+    printf 'etcd:           %s\n' "$("$BIN_DIR/etcd" --version | head -n1)"
+    printf 'kube-apiserver: %s\n' "$("$BIN_DIR/kube-apiserver" --version)"
+    printf 'kube-scheduler: %s\n' "$("$BIN_DIR/kube-scheduler" --version)"
+    printf 'kubectl:        %s\n' "$("$BIN_DIR/kubectl" version --client | head -n1)"
+}
+
+# download_module MODULE VERSION: fetch it through the proxy; sets MODULE_DIR to its source.
+download_module() {
+    local json="$WORK_DIR/download.json"
+    mkdir -p "$WORK_DIR"
+    if ! "$GO_BIN" mod download -json "$1@$2" >"$json"; then
+        # with -json the reason is in the output's "Error" field, not on stderr
+        grep '"Error"' "$json" >&2 || cat "$json" >&2
+        fail "go mod download -json $1@$2 (module $1, version $2) failed"
+    fi
+    MODULE_DIR="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' "$json")"
+}
+
+# If the module's go directive needs a newer Go than this machine's, fetch a toolchain.
+ensure_toolchain() {
+    local need="$1" have
+    have="$("$GO_BIN" env GOVERSION)"
+    have="${have#go}"
+    if [[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]]; then
+        log "Go $have is older than the required $need: using GOTOOLCHAIN=$FALLBACK_TOOLCHAIN"
+        export GOTOOLCHAIN="$FALLBACK_TOOLCHAIN"
+    fi
+}
+
+build_kubernetes() {
+    local src gomod dir ldflags version_pkg b
+    step "download k8s.io/kubernetes@$KUBE_VERSION"
+    download_module k8s.io/kubernetes "$KUBE_VERSION"
+    src="$MODULE_DIR"
+    [[ -n "$src" && -f "$src/go.mod" ]] || fail "no go.mod for k8s.io/kubernetes@$KUBE_VERSION in the module cache (dir '$src')"
+    gomod="$src/go.mod"
+
+    step "generate the kubernetes build module ($WORK_DIR/kubernetes)"
+    dir="$WORK_DIR/kubernetes"
+    mkdir -p "$dir"
+    local go_line godebug_lines staging
+    go_line="$(awk '$1 == "go" { print $2; exit }' "$gomod")"
+    [[ -n "$go_line" ]] || fail "no go directive in $gomod"
+    godebug_lines="$(grep -E '^godebug[[:space:]]' "$gomod" || true)"
+    # Every staging module, as the release's own go.mod lists it: "k8s.io/x => ./staging/src/k8s.io/x".
+    staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$gomod" | sort -u)"
+    [[ -n "$staging" ]] || fail "found no '=> ./staging/...' replace lines in $gomod"
+    {
+        echo "// Generated by hack/control-plane.sh: builds the control-plane binaries of k8s.io/kubernetes."
+        echo "module gpu-scheduler.local/control-plane/kubernetes"
+        echo
+        echo "go $go_line"
+        [[ -z "$godebug_lines" ]] || printf '\n%s\n' "$godebug_lines"
+        echo
+        echo "require k8s.io/kubernetes $KUBE_VERSION"
+        echo
+        echo "replace ("
+        while read -r m; do
+            printf '\t%s => %s %s\n' "$m" "$m" "$STAGING_VERSION"
+        done <<<"$staging"
+        echo ")"
+    } >"$dir/go.mod.new"
+    # Start from a fresh go.mod/go.sum whenever the requested versions change.
+    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
+        cp "$dir/go.mod.new" "$dir/go.mod"
+        cp "$dir/go.mod.new" "$dir/go.mod.gen"
+        rm -f "$dir/go.sum"
+    fi
+    rm -f "$dir/go.mod.new"
+    log "$(wc -l <<<"$staging") staging modules replaced with $STAGING_VERSION"
+    ensure_toolchain "$go_line"
+
+    ldflags="-s -w"
+    for version_pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=" -X $version_pkg.gitVersion=$KUBE_VERSION"
+        ldflags+=" -X $version_pkg.gitMajor=$KUBE_MAJOR"
+        ldflags+=" -X $version_pkg.gitMinor=$KUBE_MINOR"
+        ldflags+=" -X $version_pkg.gitTreeState=clean"
+    done
+    cd "$dir"
+    step "resolve dependencies of k8s.io/kubernetes@$KUBE_VERSION"
+    run "go get the kubernetes commands (k8s.io/kubernetes $KUBE_VERSION, staging modules $STAGING_VERSION)" \
+        "$GO_BIN" get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION"
+    for b in kube-apiserver kube-scheduler kubectl; do
+        step "build $b (k8s.io/kubernetes/cmd/$b@$KUBE_VERSION)"
+        run "go build k8s.io/kubernetes/cmd/$b" \
+            "$GO_BIN" build -p "$JOBS" -trimpath -ldflags "$ldflags" -o "$WORK_DIR/out/$b" "k8s.io/kubernetes/cmd/$b"
+    done
+}
+
+build_etcd() {
+    local dir go_line src
+    step "download go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    download_module go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+    src="$MODULE_DIR"
+    [[ -n "$src" && -f "$src/main.go" ]] || fail "no main.go in go.etcd.io/etcd/server/v3@$ETCD_VERSION (dir '$src')"
+    step "generate the etcd build module ($WORK_DIR/etcd)"
+    dir="$WORK_DIR/etcd"
+    mkdir -p "$dir"
+    go_line="$(awk '$1 == "go" { print $2; exit }' "$src/go.mod")"
+    {
+        echo "// Generated by hack/control-plane.sh: builds etcd, whose main is the server module's root package."
+        echo "module gpu-scheduler.local/control-plane/etcd"
+        echo
+        echo "go $go_line"
+        echo
+        echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+    } >"$dir/go.mod.new"
+    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
+        cp "$dir/go.mod.new" "$dir/go.mod"
+        cp "$dir/go.mod.new" "$dir/go.mod.gen"
+        rm -f "$dir/go.sum"
+    fi
+    rm -f "$dir/go.mod.new"
+    ensure_toolchain "$go_line"
+    cd "$dir"
+    step "resolve dependencies of go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    run "go get go.etcd.io/etcd/server/v3@$ETCD_VERSION" "$GO_BIN" get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    step "build etcd (go.etcd.io/etcd/server/v3@$ETCD_VERSION)"
+    run "go build go.etcd.io/etcd/server/v3" \
+        "$GO_BIN" build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$WORK_DIR/out/etcd" go.etcd.io/etcd/server/v3
+}
+
+cmd_build() {
+    if [[ "${GPU_SCHEDULER_REBUILD:-0}" != 1 ]] && all_binaries_present &&
+        [[ "$(cat "$STAMP" 2>/dev/null)" == "$(stamp_text)" ]]; then
+        log "control plane already built in $BIN_DIR ($(stamp_text)): skipping the build"
+        cmd_versions
+        return 0
+    fi
+    step "find the Go toolchain"
+    GO_BIN="$(find_go)" || fail "no go command found (set GO=/path/to/go)"
+    log "using $("$GO_BIN" version) at $GO_BIN"
+    JOBS="${GPU_SCHEDULER_BUILD_JOBS:-$(nproc)}"
+    export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
+    mkdir -p "$WORK_DIR/out" "$BIN_DIR"
+    rm -f "$STAMP"
+    local started=$SECONDS
+    build_etcd
+    build_kubernetes
+    step "install the binaries into $BIN_DIR"
+    for b in "${BINARIES[@]}"; do
+        run "install $b" mv -f "$WORK_DIR/out/$b" "$BIN_DIR/$b"
+    done
+    stamp_text >"$STAMP"
+    log "built in $((SECONDS - started)) s"
+    cmd_versions
+}
+
+case "${1:-}" in
+build) cmd_build ;;
+path) echo "$BIN_DIR" ;;
+versions) cmd_versions ;;
+*)
+    echo "usage: $0 build|path|versions" >&2
+    exit 2
+    ;;
+esac
