@@ -90,10 +90,13 @@ def start_webhook(
     ready: bool = True,
     env: dict[str, str] | None = None,
     extra_args: tuple[str, ...] = (),
+    port: int | None = None,
 ) -> Webhook:
-    """Start `gpu-scheduler webhook` on a free loopback port; wait for /healthz (and /readyz when `ready`)."""
+    """Start `gpu-scheduler webhook` on `port` (default: a free loopback port); wait for /healthz
+    (and, when `ready`, until every worker has loaded a config)."""
+    fixed = port
     for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
-        port = free_port()
+        port = fixed or free_port()
         log = log_dir / f"webhook-{port}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "gpu_scheduler", "webhook", *source_args,

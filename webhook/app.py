@@ -136,7 +136,7 @@ def _answer(
 
 
 def _pod_name(pod: Any) -> str:
-    metadata = pod.get("metadata") or {} if isinstance(pod, dict) else {}
+    metadata = (pod.get("metadata") or {}) if isinstance(pod, dict) else {}
     return str(metadata.get("name") or metadata.get("generateName") or "<unnamed>")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import yaml
 
@@ -455,7 +455,8 @@ def _selector(check: _Checker, value: object, path: str) -> selectors.LabelSelec
         return None
     before = len(check.problems)
     requirements: list[selectors.Requirement] = []
-    for key, label_value in check.optional(raw, "matchLabels", path, _labels, ()):
+    match_labels: tuple[tuple[str, str], ...] = check.optional(raw, "matchLabels", path, _labels, ())
+    for key, label_value in match_labels:
         requirements.append(selectors.Requirement(key, "In", frozenset([label_value])))
     expressions = raw.get("matchExpressions", [])
     if not isinstance(expressions, list):
@@ -491,7 +492,7 @@ def _requirement(check: _Checker, value: object, path: str) -> selectors.Require
         check.fail(f"{path}.values", f"must be empty for operator {operator}, got {_show(values)}")
     if len(check.problems) > before:
         return None
-    return selectors.Requirement(str(key), operator, frozenset(values))
+    return selectors.Requirement(str(key), cast(selectors.Operator, operator), frozenset(values))
 
 
 def _join(path: str, key: str) -> str:

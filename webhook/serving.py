@@ -44,7 +44,7 @@ def _child_exit(_: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)
 
 
-class _Server(BaseApplication):  # type: ignore[misc]
+class _Server(BaseApplication):
     def __init__(self, load_app: Callable[[], Any], options: dict[str, Any]):
         self._load_app = load_app
         self._options = options

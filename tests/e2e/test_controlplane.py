@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.e2e import controlplane as cp
-
-MISSING = "control-plane binaries not built: run hack/control-plane.sh build"
-
-
-@pytest.fixture(scope="module")
-def plane() -> Iterator[cp.ControlPlane]:
-    if cp.find_binaries() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(MISSING)
-        pytest.skip(MISSING)
-    with cp.ControlPlane() as control_plane:
-        yield control_plane
-
-
-@pytest.fixture(scope="module")
-def api(plane: cp.ControlPlane) -> Iterator[Any]:
-    api_client = plane.api_client()
-    yield api_client
-    api_client.close()
-
 
 def wait_until(
     plane: cp.ControlPlane, what: str, check: Callable[[], bool], timeout: float = 60

@@ -1,0 +1,91 @@
+"""Session fixtures for the end-to-end tests: one real control plane for the whole run.
+
+Without the binaries the e2e tests skip with a message saying how to build them, except
+under CI=true, where a missing control plane is a failure: CI must exercise the real thing.
+When an e2e test fails, the tail of every component's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e import controlplane as cp
+
+MISSING = (
+    "control-plane binaries not built: run hack/control-plane.sh build "
+    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl into ~/.cache/gpu-scheduler)"
+)
+
+# Callables returning (title, text) of logs worth attaching when a test fails.
+LOG_SOURCES: list[Callable[[], tuple[str, str]]] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in item.nodeid.replace(os.sep, "/"):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def plane() -> Iterator[cp.ControlPlane]:
+    if cp.find_binaries() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the e2e tests cannot run: {MISSING}")
+        pytest.skip(MISSING)
+    with cp.ControlPlane() as control_plane:
+        LOG_SOURCES.append(lambda: ("control plane", control_plane.logs_tail(40)))
+        yield control_plane
+
+
+@pytest.fixture(scope="session")
+def api(plane: cp.ControlPlane) -> Iterator[Any]:
+    api_client = plane.api_client()
+    api_client.configuration.connection_pool_maxsize = 64
+    yield api_client
+    api_client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and "plane" in getattr(item, "fixturenames", ()):
+        for source in LOG_SOURCES:
+            try:
+                title, text = source()
+            except Exception as err:  # a log that cannot be read must not hide the failure
+                title, text = "log source", f"unreadable: {err}"
+            report.sections.append((f"logs: {title}", text))
+    return report
+
+
+WEBHOOK_NAMESPACE = "gpu-scheduler"
+CONFIG_MAP = "gpu-scheduler-config"
+WEBHOOK_USER = f"system:serviceaccount:{WEBHOOK_NAMESPACE}:gpu-scheduler-webhook"
+E2E_CONFIG = """\
+schedulerName: gpu-scheduler
+admission:
+  deletionCost: {initial: -50}
+  rules:
+    - name: research-a100
+      namespaceSelector: {matchLabels: {team: research}}
+      set: {gpuModel: A100, gpuMemoryMiB: 40960, deletionCost: -100}
+    - name: any-gpu
+      set: {gpuModel: "A100|H100"}
+"""
+
+
+@pytest.fixture(scope="session")
+def installed_webhook(plane: cp.ControlPlane, api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The webhook installed as an admin would: RBAC and ConfigMap from manifests/, certificates from
+    `gpu-scheduler certs generate --ip 127.0.0.1`, `gpu-scheduler webhook --config-map` running as the
+    webhook's service account, and the shipped MutatingWebhookConfiguration pointed at it by URL."""
+    from tests.e2e import installing
+
+    installation = installing.install_webhook(plane, api, tmp_path_factory.mktemp("webhook"), E2E_CONFIG)
+    LOG_SOURCES.append(lambda: ("webhook", installation.server.logs()[-6000:]))
+    yield installation
+    installation.uninstall()
