@@ -2,8 +2,8 @@
 
 Both servers run under the same gunicorn settings (gthread workers, TLS, keep-alive): ours
 is `gpu-scheduler webhook` on the bundled example config; the baseline is a Flask app
-that returns a fixed AdmissionReview. Clients are separate processes, each holding one
-keep-alive TLS connection that verifies the generated CA.
+that returns a fixed AdmissionReview. Clients are separate processes, each holding several
+keep-alive TLS connections (one thread each) that verify the generated CA.
 
 Two phases per server:
   saturation  closed loop, every client sends as fast as answers come: req/s, p50, p99
@@ -12,7 +12,7 @@ Two phases per server:
 
 Targets (issue 2): our throughput >= 0.9 x the baseline; p99 <= 5 ms at 500 req/s.
 
-    python benchmarks/webhook.py [--seconds 10] [--clients 4] [--rate 500] [--workers 2] [--json]
+    python benchmarks/webhook.py [--seconds 10] [--rounds 3] [--clients 4] [--rate 500] [--workers 2] [--json]
 """
 
 from __future__ import annotations
@@ -95,7 +95,23 @@ def serve_baseline(args: argparse.Namespace) -> None:
         workers=args.workers, threads=4, log_level="warning"))
 
 
-def client(port: int, cafile: str, seconds: float, interval: float | None, start_at: float, out) -> None:
+def client(port: int, cafile: str, seconds: float, interval: float | None, start_at: float, connections: int,
+           out) -> None:
+    """One process driving `connections` keep-alive connections, one thread each."""
+    import threading
+
+    results: list[tuple[list[float], int, float]] = []
+    threads = [threading.Thread(target=lambda: results.append(
+        connection_loop(port, cafile, seconds, interval, start_at))) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(([x for r in results for x in r[0]], sum(r[1] for r in results), max(r[2] for r in results)))
+
+
+def connection_loop(port: int, cafile: str, seconds: float, interval: float | None, start_at: float
+                    ) -> tuple[list[float], int, float]:
     """One keep-alive connection; closed loop when `interval` is None, else paced."""
     context = ssl.create_default_context(cafile=cafile)
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
@@ -125,14 +141,16 @@ def client(port: int, cafile: str, seconds: float, interval: float | None, start
             conn.close()
         latencies.append(time.perf_counter() - scheduled)
         sent += 1
-    out.put((latencies, errors, time.perf_counter() - begin))
+    conn.close()
+    return latencies, errors, time.perf_counter() - begin
 
 
-def drive(port: int, cafile: str, *, clients: int, seconds: float, rate: float | None) -> dict:
+def drive(port: int, cafile: str, *, clients: int, connections: int, seconds: float, rate: float | None) -> dict:
     queue: multiprocessing.Queue = multiprocessing.Queue()
-    interval = clients / rate if rate else None
+    interval = clients * connections / rate if rate else None
     start_at = time.time() + 0.5
-    procs = [multiprocessing.Process(target=client, args=(port, cafile, seconds, interval, start_at, queue))
+    procs = [multiprocessing.Process(target=client,
+                                     args=(port, cafile, seconds, interval, start_at, connections, queue))
              for _ in range(clients)]
     for p in procs:
         p.start()
@@ -150,14 +168,25 @@ def drive(port: int, cafile: str, *, clients: int, seconds: float, rate: float |
     }
 
 
+def _median(runs: list[dict]) -> dict:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def warm_up(port: int, cafile: str) -> None:
-    drive(port, cafile, clients=2, seconds=1.0, rate=None)
+    drive(port, cafile, clients=2, connections=4, seconds=1.0, rate=None)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase (default 10)")
-    parser.add_argument("--clients", type=int, default=4, help="client processes, one connection each (default 4)")
+    parser.add_argument("--clients", type=int, default=4,
+                        help="client processes at saturation, one connection each (default 4)")
+    parser.add_argument("--connections", type=int, default=4,
+                        help="keep-alive connections per client process (default 4)")
+    parser.add_argument("--paced-connections", type=int, default=1,
+                        help="connections per client process in the paced phase (default 1)")
+    parser.add_argument("--paced-clients", type=int, default=2, help="client processes of the paced phase (default 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; figures are medians (default 3)")
     parser.add_argument("--rate", type=float, default=500.0, help="total paced rate, req/s (default 500)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers of both servers (default 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -184,19 +213,24 @@ def main() -> int:
         stdout=subprocess.DEVNULL, stderr=(work / "baseline.log").open("wb"), start_new_session=True)
     try:
         servers.eventually(lambda: _healthy(port, cafile), timeout=30)
-        results: dict[str, dict] = {}
-        phases = [(name, phase) for name in ("baseline", "gpu-scheduler") for phase in ("saturation", "paced")]
-        for name, phase in tqdm(phases, desc="benchmark", unit="phase", disable=args.json):
-            target = ours.port if name == "gpu-scheduler" else port
-            if phase == "saturation":
-                warm_up(target, cafile)
-            rate = args.rate if phase == "paced" else None
-            results.setdefault(name, {})[phase] = drive(target, cafile, clients=args.clients,
-                                                        seconds=args.seconds, rate=rate)
+        targets = {"baseline": port, "gpu-scheduler": ours.port}
+        for target in targets.values():
+            warm_up(target, cafile)
+        # Rounds alternate the servers so neither always runs first; each figure is the median.
+        runs: dict[str, dict[str, list[dict]]] = {name: {"saturation": [], "paced": []} for name in targets}
+        plan = [(name, phase) for _ in range(args.rounds) for name in (targets if _ % 2 == 0 else
+                reversed(list(targets))) for phase in ("saturation", "paced")]
+        for name, phase in tqdm(plan, desc="benchmark", unit="phase", disable=args.json):
+            paced = phase == "paced"
+            runs[name][phase].append(drive(targets[name], cafile, seconds=args.seconds,
+                                           clients=args.paced_clients if paced else args.clients,
+                                           connections=args.paced_connections if paced else args.connections,
+                                           rate=args.rate if paced else None))
     finally:
         ours.stop()
         os.killpg(baseline.pid, signal.SIGTERM)
         baseline.wait(15)
+    results = {name: {phase: _median(r) for phase, r in phases_.items()} for name, phases_ in runs.items()}
 
     ratio = results["gpu-scheduler"]["saturation"]["rps"] / results["baseline"]["saturation"]["rps"]
     summary = {
@@ -206,6 +240,10 @@ def main() -> int:
         "p99_target_met": results["gpu-scheduler"]["paced"]["p99_ms"] <= 5.0,
         "rate": args.rate,
         "clients": args.clients,
+        "paced_clients": args.paced_clients,
+        "connections_per_client": args.connections,
+        "paced_connections_per_client": args.paced_connections,
+        "rounds": args.rounds,
         "workers": args.workers,
         "cpus": os.cpu_count(),
     }
