@@ -8,7 +8,7 @@ request defaults to its limit, as the apiserver defaults it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -17,24 +17,29 @@ from scheduler_core import quantity
 Requests = dict[str, Fraction]
 
 
-def container_requests(container: Mapping[str, Any]) -> Requests:
-    """Requests of one container, limits filling in for requests it does not state."""
+def container_requests(container: Mapping[str, Any], only: Collection[str] | None = None) -> Requests:
+    """Requests of one container, limits filling in for requests it does not state.
+
+    `only` restricts the result (and the parsing) to those resource names.
+    """
     resources = container.get("resources") or {}
     merged: dict[str, object] = dict(resources.get("limits") or {})
     merged.update(resources.get("requests") or {})
-    return {name: quantity.parse(value) for name, value in merged.items()}
+    return {
+        name: quantity.parse(value) for name, value in merged.items() if only is None or name in only
+    }
 
 
-def pod_requests(spec: Mapping[str, Any]) -> Requests:
-    """The effective request of a pod spec (see the module docstring)."""
+def pod_requests(spec: Mapping[str, Any], only: Collection[str] | None = None) -> Requests:
+    """The effective request of a pod spec (see the module docstring), optionally of `only` some resources."""
     total: Requests = {}
     for container in spec.get("containers") or []:
-        _add(total, container_requests(container))
+        _add(total, container_requests(container, only))
 
     sidecars: Requests = {}
     init_peak: Requests = {}
     for init in spec.get("initContainers") or []:
-        own = container_requests(init)
+        own = container_requests(init, only)
         if init.get("restartPolicy") == "Always":
             _add(sidecars, own)
             _add(total, own)
@@ -44,7 +49,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Requests:
         _max(init_peak, running)
 
     _max(total, init_peak)
-    _add(total, {name: quantity.parse(v) for name, v in (spec.get("overhead") or {}).items()})
+    overhead = spec.get("overhead") or {}
+    _add(total, {name: quantity.parse(v) for name, v in overhead.items() if only is None or name in only})
     return total
 
 

@@ -20,11 +20,11 @@ GPU_MILLI = 1000
 def gpu_demand(pod: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> Fraction | None:
     """GPUs the pod asks for (a share counts as its fraction), or None for a non-GPU pod.
 
-    A pod whose quantities do not parse is not ours to judge: the apiserver rejects it.
+    A pod whose GPU quantities do not parse is not ours to judge: the apiserver rejects it.
     """
     spec = pod.get("spec") or {}
     try:
-        effective = requests.pod_requests(spec)
+        effective = requests.pod_requests(spec, gpu_resources)
     except (quantity.QuantityError, AttributeError, TypeError):
         return None
     whole = sum((effective.get(name, Fraction(0)) for name in gpu_resources), Fraction(0))

@@ -1,7 +1,7 @@
 """Running the app under gunicorn with TLS, the way it runs in production.
 
 gthread workers keep TLS connections alive between admission calls (sync workers close
-them, paying a handshake per request). The worker app is built after fork so each
+them, paying a handshake per request); webhook.workers keeps idle connections off threads. The worker app is built after fork so each
 worker owns its watches. TLS 1.2 is the floor.
 """
 
@@ -74,7 +74,7 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
     gunicorn_options = {
         "bind": [f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"],
         "workers": options.workers,
-        "worker_class": "gthread",
+        "worker_class": "webhook.workers.IdleTolerantThreadWorker",
         "threads": options.threads,
         "keepalive": options.keepalive_seconds,
         "certfile": options.cert_file,

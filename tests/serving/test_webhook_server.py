@@ -300,3 +300,24 @@ def test_a_webhook_started_with_an_invalid_config_is_alive_but_not_ready(certs, 
         servers.eventually(lambda: server.request("GET", "/readyz")[0] == 200, timeout=5)
     finally:
         server.stop()
+
+
+def test_idle_tls_connections_do_not_stall_requests(webhook):
+    """Go's transport dials spare connections that finish the handshake and then idle (see webhook.workers)."""
+    import socket
+
+    idle = []
+    try:
+        for _ in range(20):  # more than workers x threads
+            raw = socket.create_connection(("127.0.0.1", webhook.port), timeout=5)
+            idle.append(webhook.context.wrap_socket(raw, server_hostname="127.0.0.1"))
+        conn = webhook.connection(timeout=5)
+        answer = webhook.post_review(review(uid="after-idle"), conn=conn)
+        assert answer["response"]["uid"] == "after-idle"
+        conn.close()
+        # the idle connections still work when they finally send a request
+        idle[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert idle[0].recv(100).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in idle:
+            sock.close()

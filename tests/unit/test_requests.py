@@ -101,3 +101,9 @@ def container(name, requests_=None, limits=None, restart_policy=None):
 )
 def test_pod_requests(spec, expected):
     assert requests.pod_requests(spec) == expected
+
+
+def test_only_the_named_resources_are_parsed():
+    spec = {"containers": [container("a", {"cpu": "not-a-quantity", "nvidia.com/gpu": "2"})],
+            "overhead": {"cpu": "1"}}
+    assert requests.pod_requests(spec, only={"nvidia.com/gpu"}) == {"nvidia.com/gpu": Fraction(2)}
