@@ -89,3 +89,20 @@ def installed_webhook(plane: cp.ControlPlane, api: Any, tmp_path_factory: pytest
     LOG_SOURCES.append(lambda: ("webhook", installation.server.logs()[-6000:]))
     yield installation
     installation.uninstall()
+
+
+_skipped_in_ci: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("CI") == "true" and report.skipped and "tests/e2e/" in report.nodeid.replace(os.sep, "/"):
+        _skipped_in_ci.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true an e2e test that skipped did not prove anything: fail the run."""
+    if _skipped_in_ci:
+        print(f"\nCI=true: {len(_skipped_in_ci)} e2e test(s) skipped; they must run in CI:")
+        for nodeid in _skipped_in_ci:
+            print(f"  {nodeid}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
