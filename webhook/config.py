@@ -28,6 +28,16 @@ CONFIG_KEY = "config.yaml"
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
+# Score plugins of scheduler_core and their default weights (scheduling.weights overrides).
+SCORE_PLUGINS: dict[str, int] = {
+    "gpu-placement": 5,  # binpack / spread across nodes and GPU devices
+    "node-resources": 1,  # cpu and memory, following nodePolicy
+    "gpu-utilization": 1,  # prefer GPUs that are less busy right now
+    "spot": 2,  # the pod's spot preference
+    "locality": 2,  # near pods of the same application: same node, then same zone
+    "node-affinity": 2,  # preferred node affinity terms, as upstream
+    "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
+}
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
 
@@ -103,8 +113,13 @@ class Warmup:
 class Scheduling:
     node_policy: Policy = "binpack"  # across nodes
     gpu_policy: Policy = "binpack"  # across the GPUs of one node
-    weights: tuple[tuple[str, int], ...] = ()  # score plugin name -> weight
+    weights: tuple[tuple[str, int], ...] = ()  # score plugin name -> weight, over SCORE_PLUGINS defaults
     warmup: Warmup = field(default_factory=Warmup)
+    locality_labels: tuple[str, ...] = ("app.kubernetes.io/part-of", "app")  # first present names the app
+    utilization_max_age_seconds: int = 300  # older gpu-utilization readings are ignored
+
+    def weight_of(self, plugin: str) -> int:
+        return dict(self.weights).get(plugin, SCORE_PLUGINS[plugin])
 
 
 @dataclass(frozen=True)
@@ -272,7 +287,9 @@ def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
 
 
 def _scheduling(check: _Checker, value: object, path: str) -> Scheduling | None:
-    section = check.mapping(value, path, {"nodePolicy", "gpuPolicy", "weights", "warmup"})
+    section = check.mapping(
+        value, path, {"nodePolicy", "gpuPolicy", "weights", "warmup", "localityLabels", "utilizationMaxAgeSeconds"}
+    )
     if section is None:
         return None
     warmup = Warmup()
@@ -289,6 +306,10 @@ def _scheduling(check: _Checker, value: object, path: str) -> Scheduling | None:
         gpu_policy=check.optional(section, "gpuPolicy", path, _one_of(POLICIES), "binpack"),
         weights=check.optional(section, "weights", path, _weights, ()),
         warmup=warmup,
+        locality_labels=check.optional(section, "localityLabels", path, _resource_names, Scheduling.locality_labels),
+        utilization_max_age_seconds=check.optional(
+            section, "utilizationMaxAgeSeconds", path, _positive_int, Scheduling.utilization_max_age_seconds
+        ),
     )
 
 
@@ -381,8 +402,9 @@ def _gpu_model(check: _Checker, value: object, path: str) -> str | None:
 
 
 def _resource_names(check: _Checker, value: object, path: str) -> tuple[str, ...] | None:
+    """A non-empty list of qualified names (resource names, label keys)."""
     if not isinstance(value, list) or not value:
-        check.fail(path, f"must be a non-empty list of resource names, got {_show(value)}")
+        check.fail(path, f"must be a non-empty list of names, got {_show(value)}")
         return None
     result = []
     for index, item in enumerate(value):
@@ -443,6 +465,9 @@ def _weights(check: _Checker, value: object, path: str) -> tuple[tuple[str, int]
         return None
     weights = []
     for key, raw in value.items():
+        if key not in SCORE_PLUGINS:
+            check.fail(f"{path}.{key}", f"unknown score plugin; expected one of {', '.join(SCORE_PLUGINS)}")
+            continue
         weight = _non_negative_int(check, raw, f"{path}.{key}")
         if weight is not None:
             weights.append((str(key), weight))

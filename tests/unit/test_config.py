@@ -53,7 +53,7 @@ def test_the_design_example_parses_into_rules():
         scheduling:
           nodePolicy: spread
           gpuPolicy: binpack
-          weights: {gpu: 3}
+          weights: {gpu-placement: 3}
           warmup: {seconds: 120, cost: 10}
         """
     )
@@ -71,7 +71,8 @@ def test_the_design_example_parses_into_rules():
     assert settings.admission.override_scheduler_name is True
     assert settings.admission.gpu_resources == ("nvidia.com/gpu", "amd.com/gpu")
     assert settings.scheduling.node_policy == "spread"
-    assert settings.scheduling.weights == (("gpu", 3),)
+    assert settings.scheduling.weights == (("gpu-placement", 3),)
+    assert settings.scheduling.weight_of("gpu-placement") == 3 and settings.scheduling.weight_of("spot") == 2
     assert settings.scheduling.warmup == config.Warmup(seconds=120, cost=10)
 
 
@@ -99,7 +100,7 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("schedulerName: Gpu_Scheduler",
          ["schedulerName: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'), got \"Gpu_Scheduler\""]),
         ("admission: {gpuResources: []}",
-         ["admission.gpuResources: must be a non-empty list of resource names, got []"]),
+         ["admission.gpuResources: must be a non-empty list of names, got []"]),
         ("admission: {gpuResources: ['nvidia.com/gpu', 'bad key!']}",
          ["admission.gpuResources[1]: name part must be alphanumeric, '-', '_' or '.', starting and ending "
           "alphanumeric, got \"bad key!\""]),
@@ -167,7 +168,14 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
           "matchLabels"]),
         ("scheduling: {nodePolicy: pack}",
          ['scheduling.nodePolicy: must be one of binpack, spread, got "pack"']),
-        ("scheduling: {weights: {gpu: -1}}", ["scheduling.weights.gpu: must be an integer >= 0, got -1"]),
+        ("scheduling: {weights: {gpu-placement: -1}}",
+         ["scheduling.weights.gpu-placement: must be an integer >= 0, got -1"]),
+        ("scheduling: {weights: {gpu: 1}}",
+         ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, node-resources, "
+          "gpu-utilization, spot, locality, node-affinity, taint-toleration"]),
+        ("scheduling: {localityLabels: []}", ["scheduling.localityLabels: must be a non-empty list of names, got []"]),
+        ("scheduling: {utilizationMaxAgeSeconds: 0}",
+         ["scheduling.utilizationMaxAgeSeconds: must be a positive integer, got 0"]),
         ("scheduling: {warmup: {seconds: 1.5}}",
          ["scheduling.warmup.seconds: must be an integer >= 0, got 1.5"]),
     ],

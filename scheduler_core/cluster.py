@@ -1,0 +1,286 @@
+"""The cluster as arrays: one row per node, so a decision over thousands of nodes is a few
+vector operations instead of a Python loop per node.
+
+Assigning or removing a pod updates its node's row and its GPU devices in place; nothing
+rescans all pods. GPU devices are tracked individually as free thousandths (1000 = an
+idle GPU), so whole-GPU pods take idle devices and shares pack onto one device.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler_core.nodes import GPU_MILLI, NodeFacts
+from scheduler_core.pods import Device, PodFacts
+
+BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+class OvercommitError(ValueError):
+    """An assignment that would give a GPU share or a resource that is not free."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    pod: PodFacts
+    node: int
+    devices: tuple[Device, ...]
+
+
+class Cluster:
+    def __init__(self, *, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)):
+        self.gpu_resources = gpu_resources
+        self.resources: dict[str, int] = {name: i for i, name in enumerate(BASE_RESOURCES)}
+        self.index: dict[str, int] = {}
+        self.facts: list[NodeFacts | None] = []
+        self.assignments: dict[str, Assignment] = {}
+        self.node_pods: defaultdict[int, set[str]] = defaultdict(set)
+        self.app_on_node: defaultdict[str, Counter[int]] = defaultdict(Counter)
+        self.app_in_zone: defaultdict[str, Counter[int]] = defaultdict(Counter)
+        self.zones: dict[str, int] = {}
+        self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
+        self._free_slots: list[int] = []
+        self._ranked = True
+        self._allocate(capacity=16, max_gpus=8)
+
+    # --- storage ----------------------------------------------------------------------------
+
+    def _allocate(self, capacity: int, max_gpus: int) -> None:
+        resources = len(self.resources)
+        self.alloc = np.zeros((capacity, resources), dtype=np.int64)
+        self.used = np.zeros((capacity, resources), dtype=np.int64)
+        self.present = np.zeros(capacity, dtype=bool)
+        self.ready = np.zeros(capacity, dtype=bool)
+        self.unschedulable = np.zeros(capacity, dtype=bool)
+        self.gpu_count = np.zeros(capacity, dtype=np.int64)
+        self.gpu_free = np.zeros((capacity, max_gpus), dtype=np.int64)
+        self.whole_free = np.zeros(capacity, dtype=np.int64)
+        self.gpu_used = np.zeros(capacity, dtype=np.int64)  # thousandths in use on the node
+        self.gpu_memory = np.zeros(capacity, dtype=np.int64)  # MiB per GPU, 0 unknown
+        self.utilization = np.full(capacity, np.nan)
+        self.spot = np.zeros(capacity, dtype=bool)
+        self.zone = np.full(capacity, -1, dtype=np.int64)
+        self.rank = np.zeros(capacity, dtype=np.int64)  # position in name order, for stable ties
+
+    def _grow(self, capacity: int | None = None, max_gpus: int | None = None, resources: int | None = None) -> None:
+        old = {name: getattr(self, name) for name in (
+            "alloc", "used", "present", "ready", "unschedulable", "gpu_count", "gpu_free", "whole_free",
+            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank")}
+        rows = old["present"].shape[0]
+        new_rows = capacity or rows
+        gpus = max_gpus or old["gpu_free"].shape[1]
+        self._allocate(new_rows, gpus)
+        if resources:
+            self.alloc = np.zeros((new_rows, resources), dtype=np.int64)
+            self.used = np.zeros((new_rows, resources), dtype=np.int64)
+        for name, array in old.items():
+            target = getattr(self, name)
+            if array.ndim == 1:
+                target[:rows] = array
+            else:
+                target[:rows, : array.shape[1]] = array
+
+    @property
+    def size(self) -> int:
+        """Rows in use (present or free slots): vector operations run over this prefix."""
+        return len(self.facts)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.index)
+
+    def column(self, resource: str) -> int | None:
+        return self.resources.get(resource)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def set_node(self, facts: NodeFacts) -> int:
+        """Add or update a node; pods already on it stay assigned."""
+        for resource in facts.allocatable:
+            if resource not in self.resources:
+                self.resources[resource] = len(self.resources)
+                self._grow(resources=len(self.resources))
+        if facts.gpu_count > self.gpu_free.shape[1]:
+            self._grow(max_gpus=facts.gpu_count)
+        row = self.index.get(facts.name)
+        new = row is None
+        if row is None:
+            if self._free_slots:
+                row = self._free_slots.pop()
+                self.facts[row] = facts
+            else:
+                row = len(self.facts)
+                if row >= self.present.shape[0]:
+                    self._grow(capacity=2 * self.present.shape[0])
+                self.facts.append(facts)
+            self.index[facts.name] = row
+            self._ranked = False
+        else:
+            previous = self.facts[row]
+            assert previous is not None
+            if previous.labels != facts.labels or previous.taints != facts.taints:
+                self.labels_version += 1
+            self.facts[row] = facts
+        if new:
+            self.labels_version += 1
+        self.alloc[row] = 0
+        for resource, amount in facts.allocatable.items():
+            self.alloc[row, self.resources[resource]] = amount
+        self.present[row] = True
+        self.ready[row] = facts.ready
+        self.unschedulable[row] = facts.unschedulable
+        self.gpu_memory[row] = facts.gpu_memory_mib or 0
+        self.utilization[row] = np.nan if facts.gpu_utilization is None else facts.gpu_utilization
+        self.spot[row] = facts.capacity_type == "spot"
+        self.zone[row] = self._zone_id(facts.zone)
+        if new or self.gpu_count[row] != facts.gpu_count:
+            self.gpu_count[row] = facts.gpu_count
+            self._rebuild_devices(row)
+        return row
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node and the accounting of pods on it."""
+        row = self.index.pop(name, None)
+        if row is None:
+            return
+        for key in list(self.node_pods.get(row, ())):
+            self.unassign(key)
+        self.node_pods.pop(row, None)
+        self.facts[row] = None
+        self.present[row] = False
+        self.used[row] = 0
+        self.alloc[row] = 0
+        self.gpu_count[row] = 0
+        self.gpu_free[row] = 0
+        self.whole_free[row] = 0
+        self.gpu_used[row] = 0
+        self._free_slots.append(row)
+        self._ranked = False
+        self.labels_version += 1
+
+    def node(self, row: int) -> NodeFacts:
+        facts = self.facts[row]
+        assert facts is not None
+        return facts
+
+    def _zone_id(self, zone: str | None) -> int:
+        if zone is None:
+            return -1
+        return self.zones.setdefault(zone, len(self.zones))
+
+    def ranks(self) -> np.ndarray:
+        """Each row's position in node-name order: ties between equal scores go to the first name."""
+        if not self._ranked:
+            for position, name in enumerate(sorted(self.index)):
+                self.rank[self.index[name]] = position
+            self._ranked = True
+        return self.rank
+
+    def _rebuild_devices(self, row: int) -> None:
+        count = int(self.gpu_count[row])
+        self.gpu_free[row] = 0
+        self.gpu_free[row, :count] = GPU_MILLI
+        self.whole_free[row] = count
+        self.gpu_used[row] = 0
+        keys = sorted(self.node_pods.get(row, ()))
+        for key in keys:
+            assignment = self.assignments[key]
+            devices = self._valid_devices(row, assignment.pod, assignment.devices) or self.first_fit(row, assignment.pod)
+            self.assignments[key] = Assignment(assignment.pod, row, devices)
+            self._take_devices(row, devices, sign=1)
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def assign(self, pod: PodFacts, node: str, devices: tuple[Device, ...]) -> None:
+        """Account a scheduling decision; raises OvercommitError rather than overcommit."""
+        row = self.index[node]
+        for device in devices:
+            if device.index >= self.gpu_count[row] or self.gpu_free[row, device.index] < device.milli:
+                raise OvercommitError(f"{pod.key}: GPU {device.index} of {node} has not {device.milli}/1000 free")
+        self._account(pod, row, devices)
+
+    def restore(self, pod: PodFacts) -> None:
+        """Account a pod the API shows bound: its recorded devices if they fit, else the first that do.
+
+        The API is the truth here, so a pod is accounted even when the node looks full.
+        """
+        row = self.index.get(pod.node_name or "")
+        if row is None or pod.key in self.assignments:
+            return
+        devices = self._valid_devices(row, pod, pod.devices) or self.first_fit(row, pod)
+        self._account(pod, row, devices)
+
+    def unassign(self, key: str) -> Assignment | None:
+        assignment = self.assignments.pop(key, None)
+        if assignment is None:
+            return None
+        row, pod = assignment.node, assignment.pod
+        self._add_requests(row, pod, sign=-1)
+        self._take_devices(row, assignment.devices, sign=-1)
+        self.node_pods[row].discard(key)
+        if pod.app:
+            self.app_on_node[pod.app][row] -= 1
+            if self.zone[row] >= 0:
+                self.app_in_zone[pod.app][int(self.zone[row])] -= 1
+        return assignment
+
+    def _account(self, pod: PodFacts, row: int, devices: tuple[Device, ...]) -> None:
+        self.unassign(pod.key)
+        self._add_requests(row, pod, sign=1)
+        self._take_devices(row, devices, sign=1)
+        self.assignments[pod.key] = Assignment(pod, row, devices)
+        self.node_pods[row].add(pod.key)
+        if pod.app:
+            self.app_on_node[pod.app][row] += 1
+            if self.zone[row] >= 0:
+                self.app_in_zone[pod.app][int(self.zone[row])] += 1
+
+    def _add_requests(self, row: int, pod: PodFacts, sign: int) -> None:
+        for resource, amount in pod.requests.items():
+            column = self.resources.get(resource)
+            if column is not None:
+                self.used[row, column] += sign * amount
+
+    def _take_devices(self, row: int, devices: Iterable[Device], sign: int) -> None:
+        for device in devices:
+            if device.index >= self.gpu_count[row]:
+                continue
+            before = self.gpu_free[row, device.index]
+            after = before - sign * device.milli
+            self.gpu_free[row, device.index] = after
+            self.gpu_used[row] += sign * device.milli
+            self.whole_free[row] += int(after == GPU_MILLI) - int(before == GPU_MILLI)
+
+    def _valid_devices(self, row: int, pod: PodFacts, devices: tuple[Device, ...] | None
+                       ) -> tuple[Device, ...] | None:
+        if devices is None:
+            return None
+        wanted = pod.gpus if pod.gpus else (1 if pod.gpu_milli else 0)
+        if len(devices) != wanted or len({d.index for d in devices}) != len(devices):
+            return None
+        for device in devices:
+            if device.index >= self.gpu_count[row] or self.gpu_free[row, device.index] < device.milli:
+                return None
+        return devices
+
+    def first_fit(self, row: int, pod: PodFacts) -> tuple[Device, ...]:
+        """Devices for a pod whose placement does not say: the lowest-numbered that fit."""
+        free = self.gpu_free[row, : self.gpu_count[row]]
+        if pod.gpus:
+            idle = np.flatnonzero(free == GPU_MILLI)[: pod.gpus]
+            return tuple(Device(int(i), GPU_MILLI) for i in idle)
+        if pod.gpu_milli:
+            fits = np.flatnonzero(free >= pod.gpu_milli)
+            return (Device(int(fits[0]), pod.gpu_milli),) if fits.size else ()
+        return ()
+
+    # --- summaries ----------------------------------------------------------------------------
+
+    def gpu_totals(self) -> tuple[int, int]:
+        """(thousandths in use, thousandths in all) over present nodes."""
+        present = self.present[: self.size]
+        return int(self.gpu_used[: self.size][present].sum()), int(self.gpu_count[: self.size][present].sum()) * GPU_MILLI

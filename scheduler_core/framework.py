@@ -1,0 +1,123 @@
+"""Filter, score, pick, explain: one scheduling decision over the cluster model.
+
+Like kube-scheduler's framework: filters in a fixed order, each node counted under the
+first filter that rejects it; scores 0..100 per plugin, weighted and summed; ties go to
+the first node by name, so the same input always gives the same answer. Unschedulable
+pods get kube-scheduler's message shape: `0/7 nodes are available: 3 Insufficient
+nvidia.com/gpu, 2 node(s) had untolerated taint {dedicated: infra}.`
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scheduler_core import plugins
+from scheduler_core.cluster import Cluster
+from scheduler_core.nodes import GPU_MILLI
+from scheduler_core.pods import Device, PodFacts
+from webhook import config
+
+
+@dataclass(frozen=True)
+class Decision:
+    pod: str
+    node: str | None
+    devices: tuple[Device, ...] = ()
+    reason: str | None = None  # why not, when node is None
+    scores: dict[str, dict[str, float]] | None = None  # explain: node -> plugin -> weighted score
+
+
+class Framework:
+    def __init__(self, cluster: Cluster, scheduling: config.Scheduling = config.Scheduling()):
+        self.cluster = cluster
+        self.configure(scheduling)
+        self._caches: dict[Any, Any] = {}
+
+    def configure(self, scheduling: config.Scheduling) -> None:
+        """Apply new scoring settings; validated already by the config parser."""
+        self.scheduling = scheduling
+        self.scores = [
+            (name, plugin, scheduling.weight_of(name))
+            for name, plugin in plugins.SCORES.items()
+            if scheduling.weight_of(name) > 0
+        ]
+
+    def decide(self, pod: PodFacts, *, explain: bool = False) -> Decision:
+        """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing."""
+        if pod.problems:
+            return Decision(pod.key, None, reason="; ".join(pod.problems))
+        cluster = self.cluster
+        if cluster.node_count == 0:
+            return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
+        cycle = plugins.Cycle(cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy)
+        alive = cluster.present[: cluster.size].copy()
+        reasons: Counter[str] = Counter()
+        for _, filter_plugin in plugins.FILTERS:
+            rejected = np.zeros_like(alive)
+            for mask, reason in filter_plugin(cycle):
+                hit = mask & alive
+                count = int(np.count_nonzero(hit))
+                if count:
+                    reasons[reason] += count
+                    rejected |= hit
+            alive &= ~rejected
+            if not alive.any():
+                break
+        rows = np.flatnonzero(alive)
+        if rows.size == 0:
+            return Decision(pod.key, None, reason=_unschedulable(cluster.node_count, reasons))
+
+        total = np.zeros(rows.size)
+        weighted: dict[str, np.ndarray] = {}
+        for name, plugin, weight in self.scores:
+            part = weight * plugin(cycle, rows)
+            total += part
+            if explain:
+                weighted[name] = part
+        best = total.max()
+        tied = rows[total >= best - 1e-9]
+        row = int(tied[np.argmin(cluster.ranks()[tied])])
+        node = cluster.node(row).name
+        devices = self._devices(row, pod)
+        scores = None
+        if explain:
+            top = rows[np.argsort(-total, kind="stable")[:5]]
+            position = {int(r): i for i, r in enumerate(rows)}
+            scores = {
+                cluster.node(int(r)).name: {
+                    **{name: round(float(part[position[int(r)]]), 1) for name, part in weighted.items()},
+                    "total": round(float(total[position[int(r)]]), 1),
+                }
+                for r in top
+            }
+        return Decision(pod.key, node, devices, scores=scores)
+
+    def place(self, pod: PodFacts, *, explain: bool = False) -> Decision:
+        """Decide, and account the decision in the cluster model."""
+        decision = self.decide(pod, explain=explain)
+        if decision.node is not None:
+            self.cluster.assign(pod, decision.node, decision.devices)
+        return decision
+
+    def _devices(self, row: int, pod: PodFacts) -> tuple[Device, ...]:
+        free = self.cluster.gpu_free[row, : self.cluster.gpu_count[row]]
+        if pod.gpus:
+            idle = np.flatnonzero(free == GPU_MILLI)[: pod.gpus]
+            return tuple(Device(int(i), GPU_MILLI) for i in idle)
+        if pod.gpu_milli:
+            candidates = np.flatnonzero(free >= pod.gpu_milli)
+            if self.scheduling.gpu_policy == "binpack":
+                index = candidates[np.argmin(free[candidates])]
+            else:
+                index = candidates[np.argmax(free[candidates])]
+            return (Device(int(index), pod.gpu_milli),)
+        return ()
+
+
+def _unschedulable(nodes: int, reasons: Counter[str]) -> str:
+    parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]
+    return f"0/{nodes} nodes are available: {', '.join(parts)}."

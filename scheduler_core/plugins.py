@@ -1,0 +1,304 @@
+"""Filter and score plugins, in the manner of kube-scheduler's framework, over whole arrays.
+
+A filter returns `(failing_rows_mask, reason)` pairs; a node counts under the first filter
+that rejects it (a filter may give one node several reasons, as NodeResourcesFit does).
+A score returns 0..100 per candidate row. Work that depends only on labels, taints or the
+pod's constraints is cached per (cluster labels version, constraint), not redone per pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler_core import predicates
+from scheduler_core.cluster import Cluster
+from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
+from scheduler_core.pods import PodFacts
+
+Failures = list[tuple[np.ndarray, str]]
+
+
+@dataclass
+class Cycle:
+    """One scheduling attempt of one pod: what plugins share instead of recomputing."""
+
+    cluster: Cluster
+    pod: PodFacts
+    caches: dict[Any, Any]
+    node_policy: str = "binpack"
+    gpu_policy: str = "binpack"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return self.cluster.size
+
+    def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
+        full_key = (self.cluster.labels_version, self.cluster.size, key)
+        found = self.caches.get(full_key)
+        if found is None:
+            if len(self.caches) > 4096:
+                self.caches.clear()
+            found = self.caches[full_key] = compute()
+        return found
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+
+def node_unschedulable(cycle: Cycle) -> Failures:
+    if any(t.tolerates(UNSCHEDULABLE_TAINT) for t in cycle.pod.tolerations):
+        return []
+    return [(cycle.cluster.unschedulable[: cycle.rows], "node(s) were unschedulable")]
+
+
+def node_ready(cycle: Cycle) -> Failures:
+    return [(~cycle.cluster.ready[: cycle.rows], "node(s) were not ready")]
+
+
+def taint_toleration(cycle: Cycle) -> Failures:
+    def compute() -> Failures:
+        by_taint: dict[str, list[int]] = {}
+        for row, facts in enumerate(cycle.cluster.facts):
+            if facts is None or not facts.taints:
+                continue
+            taint = predicates.first_untolerated(facts.taints, cycle.pod.tolerations)
+            if taint is not None:
+                by_taint.setdefault(taint.describe(), []).append(row)
+        failures = []
+        for description, rows in by_taint.items():
+            mask = np.zeros(cycle.rows, dtype=bool)
+            mask[rows] = True
+            failures.append((mask, f"node(s) had untolerated taint {description}"))
+        return failures
+
+    return cycle.cached(("taints", cycle.pod.tolerations), compute)
+
+
+def node_affinity(cycle: Cycle) -> Failures:
+    pod = cycle.pod
+    if not pod.node_selector and pod.required_terms is None:
+        return []
+    selector = tuple(sorted(pod.node_selector.items()))
+
+    def compute() -> np.ndarray:
+        fails = np.zeros(cycle.rows, dtype=bool)
+        for row, facts in enumerate(cycle.cluster.facts):
+            if facts is None:
+                continue
+            labels = facts.labels
+            ok = all(labels.get(k) == v for k, v in selector)
+            if ok and pod.required_terms is not None:
+                ok = any(term.matches(labels, facts.name) for term in pod.required_terms)
+            fails[row] = not ok
+        return fails
+
+    mask = cycle.cached(("affinity", selector, pod.required_terms), compute)
+    return [(mask, "node(s) didn't match Pod's node affinity/selector")]
+
+
+def spot_policy(cycle: Cycle) -> Failures:
+    spot = cycle.cluster.spot[: cycle.rows]
+    if cycle.pod.spot == "require":
+        return [(~spot, "node(s) were not spot capacity (pod requires spot)")]
+    if cycle.pod.spot == "forbid":
+        return [(spot, "node(s) were spot capacity (pod forbids spot)")]
+    return []
+
+
+def gpu_present(cycle: Cycle) -> Failures:
+    if not cycle.pod.wants_gpu:
+        return []
+    return [(cycle.cluster.gpu_count[: cycle.rows] == 0, "node(s) had no GPUs")]
+
+
+def gpu_model(cycle: Cycle) -> Failures:
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.wants_gpu or not pod.models:
+        return []
+
+    def compute() -> np.ndarray:
+        verdicts: dict[str | None, bool] = {}
+        fails = np.zeros(cycle.rows, dtype=bool)
+        for row, facts in enumerate(cluster.facts):
+            if facts is None:
+                continue
+            model = facts.gpu_model
+            if model not in verdicts:
+                verdicts[model] = predicates.model_matches(pod.models, model)
+            fails[row] = not verdicts[model]
+        return fails
+
+    return [(cycle.cached(("model", pod.models), compute), f"GPU model mismatch (want {pod.model})")]
+
+
+def gpu_memory(cycle: Cycle) -> Failures:
+    want = cycle.pod.min_gpu_memory_mib
+    if not cycle.pod.wants_gpu or not want:
+        return []
+    memory = cycle.cluster.gpu_memory[: cycle.rows]
+    return [
+        (memory == 0, f"GPU memory unknown (want >= {want} MiB per GPU)"),
+        ((memory > 0) & (memory < want), f"GPU memory too small (want >= {want} MiB per GPU)"),
+    ]
+
+
+def resources_fit(cycle: Cycle) -> Failures:
+    cluster = cycle.cluster
+    failures: Failures = []
+    for resource, amount in cycle.pod.requests.items():
+        column = cluster.column(resource)
+        reason = "Too many pods" if resource == "pods" else f"Insufficient {resource}"
+        if column is None:
+            failures.append((np.ones(cycle.rows, dtype=bool), reason))
+            continue
+        free = cluster.alloc[: cycle.rows, column] - cluster.used[: cycle.rows, column]
+        failures.append((free < amount, reason))
+    return failures
+
+
+def gpu_devices(cycle: Cycle) -> Failures:
+    pod, cluster = cycle.pod, cycle.cluster
+    if pod.gpus:
+        idle = cluster.whole_free[: cycle.rows]
+        return [(idle < pod.gpus, f"node(s) had fewer than {pod.gpus} idle GPU(s) (the rest are shared)")]
+    if pod.gpu_milli:
+        free = cluster.gpu_free[: cycle.rows]
+        best = np.where(free >= pod.gpu_milli, free, GPU_MILLI + 1).min(axis=1)
+        cycle.extras["best_fit_free"] = best
+        return [(best > GPU_MILLI, f"node(s) had no GPU with {pod.gpu_milli}/1000 free")]
+    return []
+
+
+FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
+    ("NodeUnschedulable", node_unschedulable),
+    ("NodeReady", node_ready),
+    ("TaintToleration", taint_toleration),
+    ("NodeAffinity", node_affinity),
+    ("Spot", spot_policy),
+    ("GPUPresent", gpu_present),
+    ("GPUModel", gpu_model),
+    ("GPUMemory", gpu_memory),
+    ("NodeResourcesFit", resources_fit),
+    ("GPUDevices", gpu_devices),
+)
+
+
+# --- scores -----------------------------------------------------------------------------------
+
+
+def gpu_placement(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Binpack fills the nodes (and, for shares, the GPUs) that are already in use; spread the reverse.
+
+    Whole-GPU pods go where the fewest idle GPUs remain afterwards, so large idle nodes stay
+    whole for large pods; a share goes to the GPU it fits most tightly, so it does not break
+    an idle GPU when a partly used one has room.
+    """
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.wants_gpu:
+        return np.zeros(rows.size)
+    total = cluster.gpu_count[rows] * GPU_MILLI
+    demand = pod.gpus * GPU_MILLI + pod.gpu_milli
+    after = (cluster.gpu_used[rows] + demand) / np.maximum(total, 1)
+    node_score = 100.0 * after if cycle.node_policy == "binpack" else 100.0 * (1.0 - after)
+    if not pod.gpu_milli:
+        return node_score
+    best = cycle.extras["best_fit_free"][rows]
+    if cycle.gpu_policy == "binpack":
+        device_score = 100.0 - (best - pod.gpu_milli) / 10.0
+    else:
+        device_score = cluster.gpu_free[rows].max(axis=1) / 10.0
+    return 0.5 * node_score + 0.5 * device_score
+
+
+def node_resources(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """MostAllocated (binpack) or LeastAllocated (spread) over cpu and memory, as upstream."""
+    cluster = cycle.cluster
+    scores = np.zeros(rows.size)
+    for resource in ("cpu", "memory"):
+        column = cluster.resources[resource]
+        capacity = cluster.alloc[rows, column].astype(float)
+        requested = cluster.used[rows, column] + cycle.pod.requests.get(resource, 0)
+        share = np.minimum(requested, capacity) / np.maximum(capacity, 1.0)
+        scores += 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
+    return scores / 2.0
+
+
+def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Less busy GPUs first; a node without a fresh reading scores in the middle."""
+    if not cycle.pod.wants_gpu:
+        return np.zeros(rows.size)
+    utilization = cycle.cluster.utilization[rows]
+    return np.where(np.isnan(utilization), 50.0, 100.0 * (1.0 - utilization))
+
+
+def spot_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    spot = cycle.cluster.spot[rows]
+    if cycle.pod.spot == "prefer":
+        return np.where(spot, 100.0, 0.0)
+    if cycle.pod.spot == "avoid":
+        return np.where(spot, 0.0, 100.0)
+    return np.zeros(rows.size)
+
+
+def locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Same node as pods of the same application: 100; same zone: 50 (seed's AZ and network locality)."""
+    app = cycle.pod.app
+    if not app:
+        return np.zeros(rows.size)
+    cluster = cycle.cluster
+    scores = np.zeros(rows.size)
+    zones = [zone for zone, count in cluster.app_in_zone.get(app, {}).items() if count > 0]
+    if zones:
+        scores[np.isin(cluster.zone[rows], zones)] = 50.0
+    nodes = [row for row, count in cluster.app_on_node.get(app, {}).items() if count > 0]
+    if nodes:
+        scores[np.isin(rows, nodes)] = 100.0
+    return scores
+
+
+def node_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    terms = cycle.pod.preferred_terms
+    if not terms:
+        return np.zeros(rows.size)
+
+    def compute() -> np.ndarray:
+        raw = np.zeros(cycle.rows)
+        for row, facts in enumerate(cycle.cluster.facts):
+            if facts is not None:
+                raw[row] = sum(weight for weight, term in terms if term.matches(facts.labels, facts.name))
+        return raw
+
+    raw = cycle.cached(("preferred", terms), compute)[rows]
+    top = raw.max(initial=0.0)
+    return 100.0 * raw / top if top > 0 else np.zeros(rows.size)
+
+
+def taint_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    def compute() -> np.ndarray:
+        raw = np.zeros(cycle.rows)
+        for row, facts in enumerate(cycle.cluster.facts):
+            if facts is not None and facts.taints:
+                raw[row] = predicates.count_untolerated(facts.taints, cycle.pod.tolerations, "PreferNoSchedule")
+        return raw
+
+    raw = cycle.cached(("prefer-no-schedule", cycle.pod.tolerations), compute)[rows]
+    top = raw.max(initial=0.0)
+    return 100.0 - 100.0 * raw / top if top > 0 else np.full(rows.size, 100.0)
+
+
+SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
+    "gpu-placement": gpu_placement,
+    "node-resources": node_resources,
+    "gpu-utilization": gpu_utilization,
+    "spot": spot_preference,
+    "locality": locality,
+    "node-affinity": node_affinity_preference,
+    "taint-toleration": taint_preference,
+}
+
+assert MILLI == GPU_MILLI  # requests and devices share one unit
