@@ -51,8 +51,9 @@ class Cluster:
 
     def _allocate(self, capacity: int, max_gpus: int) -> None:
         resources = len(self.resources)
-        self.alloc = np.zeros((capacity, resources), dtype=np.int64)
-        self.used = np.zeros((capacity, resources), dtype=np.int64)
+        # resource-major, so one resource over all nodes is a contiguous vector
+        self.alloc = np.zeros((resources, capacity), dtype=np.int64)
+        self.used = np.zeros((resources, capacity), dtype=np.int64)
         self.present = np.zeros(capacity, dtype=bool)
         self.ready = np.zeros(capacity, dtype=bool)
         self.unschedulable = np.zeros(capacity, dtype=bool)
@@ -66,20 +67,17 @@ class Cluster:
         self.zone = np.full(capacity, -1, dtype=np.int64)
         self.rank = np.zeros(capacity, dtype=np.int64)  # position in name order, for stable ties
 
-    def _grow(self, capacity: int | None = None, max_gpus: int | None = None, resources: int | None = None) -> None:
+    def _grow(self, capacity: int | None = None, max_gpus: int | None = None) -> None:
         old = {name: getattr(self, name) for name in (
             "alloc", "used", "present", "ready", "unschedulable", "gpu_count", "gpu_free", "whole_free",
             "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank")}
         rows = old["present"].shape[0]
-        new_rows = capacity or rows
-        gpus = max_gpus or old["gpu_free"].shape[1]
-        self._allocate(new_rows, gpus)
-        if resources:
-            self.alloc = np.zeros((new_rows, resources), dtype=np.int64)
-            self.used = np.zeros((new_rows, resources), dtype=np.int64)
+        self._allocate(capacity or rows, max_gpus or old["gpu_free"].shape[1])
         for name, array in old.items():
             target = getattr(self, name)
-            if array.ndim == 1:
+            if name in ("alloc", "used"):
+                target[: array.shape[0], :rows] = array
+            elif array.ndim == 1:
                 target[:rows] = array
             else:
                 target[:rows, : array.shape[1]] = array
@@ -103,7 +101,7 @@ class Cluster:
         for resource in facts.allocatable:
             if resource not in self.resources:
                 self.resources[resource] = len(self.resources)
-                self._grow(resources=len(self.resources))
+                self._grow()
         if facts.gpu_count > self.gpu_free.shape[1]:
             self._grow(max_gpus=facts.gpu_count)
         row = self.index.get(facts.name)
@@ -127,9 +125,9 @@ class Cluster:
             self.facts[row] = facts
         if new:
             self.labels_version += 1
-        self.alloc[row] = 0
+        self.alloc[:, row] = 0
         for resource, amount in facts.allocatable.items():
-            self.alloc[row, self.resources[resource]] = amount
+            self.alloc[self.resources[resource], row] = amount
         self.present[row] = True
         self.ready[row] = facts.ready
         self.unschedulable[row] = facts.unschedulable
@@ -152,8 +150,8 @@ class Cluster:
         self.node_pods.pop(row, None)
         self.facts[row] = None
         self.present[row] = False
-        self.used[row] = 0
-        self.alloc[row] = 0
+        self.used[:, row] = 0
+        self.alloc[:, row] = 0
         self.gpu_count[row] = 0
         self.gpu_free[row] = 0
         self.whole_free[row] = 0
@@ -243,7 +241,7 @@ class Cluster:
         for resource, amount in pod.requests.items():
             column = self.resources.get(resource)
             if column is not None:
-                self.used[row, column] += sign * amount
+                self.used[column, row] += sign * amount
 
     def _take_devices(self, row: int, devices: Iterable[Device], sign: int) -> None:
         for device in devices:

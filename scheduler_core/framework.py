@@ -55,21 +55,12 @@ class Framework:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
         cycle = plugins.Cycle(cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy)
         alive = cluster.present[: cluster.size].copy()
-        reasons: Counter[str] = Counter()
         for _, filter_plugin in plugins.FILTERS:
-            rejected = np.zeros_like(alive)
-            for mask, reason in filter_plugin(cycle):
-                hit = mask & alive
-                count = int(np.count_nonzero(hit))
-                if count:
-                    reasons[reason] += count
-                    rejected |= hit
-            alive &= ~rejected
+            for mask, _ in filter_plugin(cycle):
+                np.greater(alive, mask, out=alive)  # alive and not rejected
             if not alive.any():
-                break
+                return Decision(pod.key, None, reason=self._rejections(cycle))
         rows = np.flatnonzero(alive)
-        if rows.size == 0:
-            return Decision(pod.key, None, reason=_unschedulable(cluster.node_count, reasons))
 
         total = np.zeros(rows.size)
         weighted: dict[str, np.ndarray] = {}
@@ -95,6 +86,24 @@ class Framework:
                 for r in top
             }
         return Decision(pod.key, node, devices, scores=scores)
+
+    def _rejections(self, cycle: plugins.Cycle) -> str:
+        """Why no node fits: each node counted under the first filter that rejects it.
+
+        Only unschedulable pods pay for this pass; a pod that fits needs no counting.
+        """
+        alive = self.cluster.present[: self.cluster.size].copy()
+        reasons: Counter[str] = Counter()
+        for _, filter_plugin in plugins.FILTERS:
+            rejected = np.zeros_like(alive)
+            for mask, reason in filter_plugin(cycle):
+                hit = mask & alive
+                count = int(np.count_nonzero(hit))
+                if count:
+                    reasons[reason] += count
+                    rejected |= hit
+            alive &= ~rejected
+        return _unschedulable(self.cluster.node_count, reasons)
 
     def place(self, pod: PodFacts, *, explain: bool = False) -> Decision:
         """Decide, and account the decision in the cluster model."""

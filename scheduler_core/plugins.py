@@ -156,7 +156,7 @@ def resources_fit(cycle: Cycle) -> Failures:
         if column is None:
             failures.append((np.ones(cycle.rows, dtype=bool), reason))
             continue
-        free = cluster.alloc[: cycle.rows, column] - cluster.used[: cycle.rows, column]
+        free = cluster.alloc[column, : cycle.rows] - cluster.used[column, : cycle.rows]
         failures.append((free < amount, reason))
     return failures
 
@@ -221,8 +221,8 @@ def node_resources(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     scores = np.zeros(rows.size)
     for resource in ("cpu", "memory"):
         column = cluster.resources[resource]
-        capacity = cluster.alloc[rows, column].astype(float)
-        requested = cluster.used[rows, column] + cycle.pod.requests.get(resource, 0)
+        capacity = cluster.alloc[column][rows].astype(float)
+        requested = cluster.used[column][rows] + cycle.pod.requests.get(resource, 0)
         share = np.minimum(requested, capacity) / np.maximum(capacity, 1.0)
         scores += 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
     return scores / 2.0
@@ -254,10 +254,14 @@ def locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     scores = np.zeros(rows.size)
     zones = [zone for zone, count in cluster.app_in_zone.get(app, {}).items() if count > 0]
     if zones:
-        scores[np.isin(cluster.zone[rows], zones)] = 50.0
+        in_zone = np.zeros(len(cluster.zones) + 1, dtype=bool)  # slot 0: no zone
+        in_zone[np.asarray(zones) + 1] = True
+        scores[in_zone[cluster.zone[rows] + 1]] = 50.0
     nodes = [row for row, count in cluster.app_on_node.get(app, {}).items() if count > 0]
     if nodes:
-        scores[np.isin(rows, nodes)] = 100.0
+        on_node = np.zeros(cycle.rows, dtype=bool)
+        on_node[nodes] = True
+        scores[on_node[rows]] = 100.0
     return scores
 
 

@@ -25,11 +25,11 @@ def test_assign_and_unassign_update_devices_and_resources():
     c.assign(facts(pod("s", milli=250)), "a", (Device(2, 250),))
     assert free(c, "a") == [0, 0, 750, 1000]
     assert c.whole_free[c.index["a"]] == 1
-    assert c.used[c.index["a"], c.column("cpu")] == 1000
+    assert c.used[c.column("cpu"), c.index["a"]] == 1000
     assert c.gpu_totals() == (2250, 4000)
     c.unassign("ns/p")
     assert free(c, "a") == [1000, 1000, 750, 1000] and c.whole_free[c.index["a"]] == 3
-    assert c.used[c.index["a"], c.column("cpu")] == 0
+    assert c.used[c.column("cpu"), c.index["a"]] == 0
 
 
 @pytest.mark.parametrize(
@@ -90,5 +90,5 @@ def test_many_nodes_grow_the_arrays():
     c = model(*[node(f"n{i:03}", gpus=(i % 3) * 4) for i in range(100)])
     assert c.node_count == 100 and c.gpu_totals() == (0, sum((i % 3) * 4 for i in range(100)) * 1000)
     c.set_node(nodes.parse(node("huge", gpus=16, extra={"example.com/fpga": "2"})))
-    assert c.gpu_count[c.index["huge"]] == 16 and c.alloc[c.index["huge"], c.column("example.com/fpga")] == 2000
+    assert c.gpu_count[c.index["huge"]] == 16 and c.alloc[c.column("example.com/fpga"), c.index["huge"]] == 2000
     assert c.gpu_count[c.index["n001"]] == 4
