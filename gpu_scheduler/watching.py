@@ -4,10 +4,13 @@ The kubernetes client's `Watch` streams events from a resourceVersion; this adds
 informer needs around it: an initial list whose items replace the cache, watching on
 from the list's resourceVersion, a relist on 410 Gone or a broken stream, and backoff
 while the API cannot be reached, so the cache heals itself without a restart.
+Objects are handed over as the API's JSON (dicts): the pure core reads that shape, and
+skipping the client's model classes keeps a busy pod watch cheap.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -23,7 +26,10 @@ GONE = 410
 
 
 class Reflector:
-    """Keeps a consumer in step with the API: `on_replace(items)` after each list, `on_event(type, obj)` after."""
+    """Keeps a consumer in step with the API: `on_replace(items)` after each list, `on_event(type, obj)` after.
+
+    Callbacks run on the reflector's own thread and receive plain dicts.
+    """
 
     def __init__(
         self,
@@ -79,10 +85,12 @@ class Reflector:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _list(self) -> str:
-        listing = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout)
-        self._on_replace(list(listing.items))
+        response = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout,
+                                   _preload_content=False)
+        listing = json.loads(response.data)
+        self._on_replace(list(listing.get("items") or []))
         self.synced.set()
-        return str(listing.metadata.resource_version)
+        return str(listing["metadata"]["resourceVersion"])
 
     def _watch_from(self, resource_version: str) -> None:
         while not self._stopped.is_set():
@@ -92,12 +100,14 @@ class Reflector:
                 resource_version=resource_version,
                 timeout_seconds=self._watch_seconds,
                 allow_watch_bookmarks=True,
+                deserialize=False,
                 _request_timeout=(self._request_timeout, self._watch_seconds + 30),
                 **self._list_kwargs,
             ):
-                if event["type"] != "BOOKMARK":
-                    self._on_event(event["type"], event["object"])
-            resource_version = self._watch.resource_version or resource_version
+                kind, obj = event["type"], event["object"]
+                resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                if kind != "BOOKMARK":
+                    self._on_event(kind, obj)
 
     def _failed(self, err: Exception, backoff: float) -> None:
         log.warning("%s: cannot list or watch (%s); retrying in %.1fs", self.name, _brief(err), backoff)

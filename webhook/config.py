@@ -24,6 +24,8 @@ RULE_ANNOTATION = "gpu-scheduler.io/rule"
 MILLI_ANNOTATION = "gpu-scheduler.io/gpu-milli"
 DEVICES_ANNOTATION = "gpu-scheduler.io/gpu-devices"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+# The cost the webhook wrote, so the warm-up raises only a cost nobody changed since.
+INITIAL_COST_ANNOTATION = "gpu-scheduler.io/initial-deletion-cost"
 CONFIG_KEY = "config.yaml"
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -48,6 +50,7 @@ _RESERVED_ANNOTATIONS = {
     SPOT_ANNOTATION: "set.spot",
     DELETION_COST_ANNOTATION: "set.deletionCost",
     RULE_ANNOTATION: "nothing (the webhook writes it)",
+    INITIAL_COST_ANNOTATION: "nothing (the webhook writes it)",
     DEVICES_ANNOTATION: "nothing (the scheduler writes it)",
 }
 

@@ -63,11 +63,12 @@ class NamespaceLabels:
         self._labels[name] = labels
         return labels
 
-    def _replace(self, items: list[Any]) -> None:
-        self._labels = {ns.metadata.name: dict(ns.metadata.labels or {}) for ns in items}
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        self._labels = {ns["metadata"]["name"]: dict(ns["metadata"].get("labels") or {}) for ns in items}
 
-    def _event(self, kind: str, obj: Any) -> None:
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        metadata = obj["metadata"]
         if kind == "DELETED":
-            self._labels.pop(obj.metadata.name, None)
+            self._labels.pop(metadata["name"], None)
         else:
-            self._labels[obj.metadata.name] = dict(obj.metadata.labels or {})
+            self._labels[metadata["name"]] = dict(metadata.get("labels") or {})

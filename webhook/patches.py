@@ -66,6 +66,7 @@ def decide(
     cost = admission.initial_deletion_cost if rule.actions.deletion_cost is None else rule.actions.deletion_cost
     if config.DELETION_COST_ANNOTATION not in existing:
         wanted.append((config.DELETION_COST_ANNOTATION, str(cost)))
+        wanted.append((config.INITIAL_COST_ANNOTATION, str(cost)))
     if existing.get(config.RULE_ANNOTATION) != rule.name:
         wanted.append((config.RULE_ANNOTATION, rule.name))
     patch += _add_to_map(pod, "annotations", wanted)

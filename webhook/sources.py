@@ -126,8 +126,8 @@ class ConfigMapSource:
         else:
             self._offer(obj)
 
-    def _offer(self, obj: Any) -> None:
-        data = dict(obj.data or {})
+    def _offer(self, obj: dict[str, Any]) -> None:
+        data = dict(obj.get("data") or {})
         self.holder.offer(repr(sorted(data.items())), origin=self.origin, as_configmap={"data": data})
 
 

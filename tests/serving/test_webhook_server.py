@@ -267,7 +267,8 @@ def test_a_changed_config_is_in_force_in_every_worker_within_5_seconds(reloading
     answer = server.post_review(review())
     assert {"op": "add", "path": "/metadata/annotations", "value": {
         "gpu.nvidia.com/model": "H100", "gpu.nvidia.com/memory": "40960",
-        "controller.kubernetes.io/pod-deletion-cost": "-50", "gpu-scheduler.io/rule": "second"}} in patch_of(answer)
+        "controller.kubernetes.io/pod-deletion-cost": "-50", "gpu-scheduler.io/initial-deletion-cost": "-50",
+        "gpu-scheduler.io/rule": "second"}} in patch_of(answer)
 
 
 def test_an_invalid_config_is_rejected_and_the_last_good_one_stays(reloading):

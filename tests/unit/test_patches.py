@@ -155,6 +155,7 @@ def test_first_matching_rule_wins_and_sets_everything():
         "gpu.nvidia.com/memory": "40960",
         "example.com/owner": "x",
         "controller.kubernetes.io/pod-deletion-cost": "-100",
+        "gpu-scheduler.io/initial-deletion-cost": "-100",
         "gpu-scheduler.io/rule": "research-training",
     }
     assert result["metadata"]["labels"] == {"job-type": "training", "tier": "gold"}
@@ -216,7 +217,8 @@ def test_null_maps_are_replaced_whole():
     obj["metadata"]["labels"] = None
     decision = decide(obj)
     assert {"op": "add", "path": "/metadata/annotations",
-            "value": {"controller.kubernetes.io/pod-deletion-cost": "-50", "gpu-scheduler.io/rule": "any-gpu"}} \
+            "value": {"controller.kubernetes.io/pod-deletion-cost": "-50",
+                      "gpu-scheduler.io/initial-deletion-cost": "-50", "gpu-scheduler.io/rule": "any-gpu"}} \
         in decision.patch
     jsonpatch.apply_patch(obj, decision.patch)
 
