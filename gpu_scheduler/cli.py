@@ -116,7 +116,45 @@ def _parser() -> argparse.ArgumentParser:
     webhook.add_argument("--access-log", action="store_true", help="log every request")
     webhook.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     webhook.set_defaults(run=_webhook)
+    run = commands.add_parser(
+        "run",
+        help="run the standalone scheduler",
+        description="Watch nodes and pods, schedule pending pods whose schedulerName is ours, bind them, "
+                    "and raise the deletion cost of warmed-up pods.",
+    )
+    run_source = run.add_mutually_exclusive_group(required=True)
+    run_source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
+    run_source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    run.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
+    run.add_argument("--leader-elect", action="store_true", help="schedule only while holding the leader lease")
+    run.add_argument("--lease", default="gpu-scheduler/gpu-scheduler", metavar="NS/NAME",
+                     help="the Lease used for leader election (default gpu-scheduler/gpu-scheduler)")
+    run.add_argument("--port", type=int, default=10259, help="/healthz and /metrics over HTTP (default 10259)")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(run=_run)
     return parser
+
+
+def _namespaced(flag: str, value: str) -> tuple[str, str]:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name:
+        raise UsageError(f"{flag}: expected NAMESPACE/NAME, got {value!r}")
+    return namespace, name
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpu_scheduler import kubeclient
+    from scheduler_core import standalone
+
+    config_map = _namespaced("--config-map", args.config_map) if args.config_map else None
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"--config {args.config}: no such file")
+    try:
+        api = kubeclient.api_client(args.kubeconfig)
+    except kubeclient.NoCredentials as err:
+        raise UsageError(f"cannot reach a cluster: {err}") from err
+    return standalone.run(api, config_file=args.config, config_map=config_map, leader_elect=args.leader_elect,
+                          lease=_namespaced("--lease", args.lease), port=args.port)
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -242,10 +280,7 @@ def _webhook(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: no such file (make one with `gpu-scheduler certs generate`)")
     config_map = None
     if args.config_map:
-        namespace, _, name = args.config_map.partition("/")
-        if not namespace or not name:
-            raise UsageError(f"--config-map: expected NAMESPACE/NAME, got {args.config_map!r}")
-        config_map = (namespace, name)
+        config_map = _namespaced("--config-map", args.config_map)
     elif not args.config.is_file():
         raise UsageError(f"--config {args.config}: no such file")
 

@@ -1,0 +1,24 @@
+"""Prometheus metrics of the standalone scheduler (one process: the default registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ATTEMPTS = Counter(
+    "gpu_scheduler_schedule_attempts_total",
+    "Scheduling attempts by result (scheduled, unschedulable, error).",
+    ["result"],
+)
+LATENCY = Histogram(
+    "gpu_scheduler_scheduling_duration_seconds",
+    "From a pod entering the queue to its binding being accepted.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+BIND_ERRORS = Counter("gpu_scheduler_bind_errors_total", "Bindings the API refused or that failed.", ["reason"])
+PENDING = Gauge("gpu_scheduler_pending_pods", "Pods waiting in the scheduling queue.", ["state"])
+LEADER = Gauge("gpu_scheduler_leader", "1 while this instance holds the leader lease (or runs without election).")
+PROMOTIONS = Counter(
+    "gpu_scheduler_deletion_cost_promotions_total",
+    "Deletion-cost warm-up patches by result (promoted, skipped: the cost had changed, error).",
+    ["result"],
+)

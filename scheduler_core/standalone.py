@@ -1,0 +1,111 @@
+"""`gpu-scheduler run`: configuration, health and metrics endpoints, leader election, the loop.
+
+With `--leader-elect` the instance schedules only while it holds a coordination.k8s.io
+Lease (the kubernetes client's LeaderElection, the well-kept implementation); losing the
+lease ends the process, as kube-scheduler does, so two instances never bind at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from scheduler_core import metrics, running
+from webhook import sources
+
+log = logging.getLogger(__name__)
+
+
+def serve_health(port: int, state: dict[str, Any]) -> ThreadingHTTPServer:
+    """`/healthz` (200 while the loop runs, or while standing by) and `/metrics`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path == "/metrics":
+                body, kind, code = generate_latest(), CONTENT_TYPE_LATEST, 200
+            elif self.path == "/healthz":
+                scheduler = state.get("scheduler")
+                healthy = scheduler is None or scheduler._loop.is_alive()
+                body = b"ok" if healthy else b"scheduling loop stopped"
+                kind, code = "text/plain", 200 if healthy else 500
+            else:
+                body, kind, code = b"not found", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
+
+
+def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,
+        leader_elect: bool, lease: tuple[str, str], port: int) -> int:
+    state: dict[str, Any] = {}
+    running.register_collector(lambda: state.get("scheduler"))
+    serve_health(port, state)
+
+    def on_change(settings: Any) -> None:
+        scheduler = state.get("scheduler")
+        if scheduler is not None:
+            scheduler.configure(settings)
+
+    holder = sources.ConfigHolder(on_change=on_change)
+    if config_map is not None:
+        sources.ConfigMapSource(client.CoreV1Api(api), config_map[0], config_map[1], holder).start()
+    else:
+        assert config_file is not None
+        sources.FileSource(config_file, holder).start()
+
+    done = threading.Event()
+
+    def lead() -> None:
+        while holder.current is None and not done.is_set():
+            log.info("waiting for a valid configuration")
+            done.wait(1.0)
+        settings = holder.current
+        assert settings is not None
+        scheduler = running.LiveScheduler(api, settings)
+        state["scheduler"] = scheduler
+        scheduler.start()
+        metrics.LEADER.set(1)
+        log.info("scheduling pods with schedulerName %s", settings.scheduler_name)
+
+    if not leader_elect:
+        lead()
+        done.wait()
+        return 0
+
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    lock = LeaseLock(lease[1], lease[0], identity)
+    lock.api_instance = client.CoordinationV1Api(api)
+
+    def lost() -> None:
+        metrics.LEADER.set(0)
+        log.error("lost the leader lease %s/%s; exiting so a standby takes over", *lease)
+        logging.shutdown()
+        os._exit(1)
+
+    election = leaderelection.LeaderElection(electionconfig.Config(
+        lock, lease_duration=15, renew_deadline=10, retry_period=2, onstarted_leading=lead, onstopped_leading=lost))
+    log.info("%s: standing by for the leader lease %s/%s", identity, *lease)
+    metrics.LEADER.set(0)
+    election.run()
+    lost()
+    return 1
