@@ -48,7 +48,9 @@ class LiveScheduler:
         self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.pending: dict[str, dict[str, Any]] = {}  # latest object of each pending pod of ours
         self.warm_candidates: dict[str, dict[str, Any]] = {}  # bound pods with a webhook-written cost
-        self.in_flight: dict[str, str] = {}  # pod -> node, bind under way
+        # pod -> node: assumed into the model, until a watch event shows the pod bound (or gone). A stale
+        # event from before the binding must not send the pod round again, nor free its GPUs.
+        self.assumed: dict[str, str] = {}
         self.queued_at: dict[str, float] = {}
         self.reported: dict[str, tuple[str, float]] = {}
         self.warming: dict[str, float] = {}
@@ -181,33 +183,37 @@ class LiveScheduler:
         if kind == "DELETED" or status.get("phase") in TERMINAL:
             self._forget_pending(key)
             self.warm_candidates.pop(key, None)
-            if key not in self.in_flight and self.model.unassign(key) is not None:
+            self.assumed.pop(key, None)
+            if self.model.unassign(key) is not None:
                 self.queue.cluster_changed()
             return
         node = spec.get("nodeName")
         if node:
             self._forget_pending(key)
-            if key not in self.in_flight:
-                current = self.model.assignments.get(key)
-                if current is None or self.model.node(current.node).name != node:
-                    self.model.unassign(key)
-                    self.model.restore(self._pod_facts(obj))
+            self.assumed.pop(key, None)
+            current = self.model.assignments.get(key)
+            if current is None or self.model.node(current.node).name != node:
+                self.model.unassign(key)
+                self.model.restore(self._pod_facts(obj))
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             if config.INITIAL_COST_ANNOTATION in annotations:
                 self.warm_candidates[key] = obj
             else:
                 self.warm_candidates.pop(key, None)
             return
+        if key in self.assumed:
+            return  # bound or being bound by us; this event predates the binding
         if spec.get("schedulerName") == self.settings.scheduler_name and not obj["metadata"].get("deletionTimestamp"):
             self.pending[key] = obj
             self.queued_at.setdefault(key, time.monotonic())
-            if key not in self.in_flight:
+            if key not in self.assumed:
                 self.queue.add(key, int(spec.get("priority") or 0))
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         keys = {pods.key_of(obj) for obj in items}
-        for key in [k for k in self.model.assignments if k not in keys and k not in self.in_flight]:
+        for key in [k for k in self.model.assignments if k not in keys]:
             self.model.unassign(key)
+            self.assumed.pop(key, None)
         for key in [k for k in self.pending if k not in keys]:
             self._forget_pending(key)
         for obj in items:
@@ -242,7 +248,7 @@ class LiveScheduler:
             self._report_unschedulable(key, obj, decision.reason or "unschedulable")
             return
         self.model.assign(facts, decision.node, decision.devices)
-        self.in_flight[key] = decision.node
+        self.assumed[key] = decision.node
         self.binder.submit(self._bind, obj, decision)
 
     def _bind(self, obj: dict[str, Any], decision: framework.Decision) -> None:
@@ -264,7 +270,6 @@ class LiveScheduler:
         self._record_event(obj, "Normal", "Scheduled", f"Successfully assigned {decision.pod} to {decision.node}")
 
     def _on_bound(self, key: str, node: str, error: Exception | None) -> None:
-        self.in_flight.pop(key, None)
         if error is None:
             metrics.ATTEMPTS.labels("scheduled").inc()
             started = self.queued_at.pop(key, None)
@@ -274,6 +279,7 @@ class LiveScheduler:
             self.pending.pop(key, None)
             self.reported.pop(key, None)
             return
+        self.assumed.pop(key, None)
         status = getattr(error, "status", None)
         metrics.BIND_ERRORS.labels(str(status or type(error).__name__)).inc()
         assignment = self.model.assignments.get(key)

@@ -1,0 +1,128 @@
+"""`gpu-scheduler run` against the real apiserver: 50 GPU nodes, 300 pods through the webhook."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.e2e import controlplane as cp
+from tests.e2e.installing import wait_for
+from tests.e2e.scheduling import overcommit_problems, start_scheduler
+
+MODELS = ["NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"]
+INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
+
+
+@pytest.fixture(scope="module")
+def cluster_nodes(api: Any, installed_webhook: Any) -> list[str]:
+    """50 fake GPU nodes: mixed models, two zones, spot and on-demand, one tainted, one cordoned."""
+    names = []
+    for i in range(50):
+        name = f"sched-gpu-{i:02d}"
+        cp.create_gpu_node(
+            api, name, gpus=8 if i % 5 else 4, model=MODELS[i % 3], zone=f"zone-{i % 2}",
+            labels={"karpenter.sh/capacity-type": "spot" if i % 4 == 0 else "on-demand", "e2e-pool": "sched"},
+            taints=INFRA if i == 7 else None, unschedulable=(i == 8),
+        )
+        names.append(name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def scheduler(plane: cp.ControlPlane, cluster_nodes: list[str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.e2e.conftest import LOG_SOURCES
+
+    process = start_scheduler(plane.kubeconfig, tmp_path_factory.mktemp("scheduler"),
+                              "--config-map", "gpu-scheduler/gpu-scheduler-config")
+    LOG_SOURCES.append(lambda: ("gpu-scheduler run", process.logs()[-8000:]))
+    yield process
+    process.stop()
+
+
+def namespace(core: Any) -> str:
+    name = f"sched-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": name, "labels": {"gpu-scheduler.io/inject": "enabled"}}})
+    return name
+
+
+def gpu_pod(name: str, *, gpus: int = 1, milli: int | None = None, annotations: dict[str, str] | None = None,
+            scheduler: str | None = None, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    annotations = dict(annotations or {})
+    limits = {}
+    if milli:
+        annotations["gpu-scheduler.io/gpu-milli"] = str(milli)
+    else:
+        limits["nvidia.com/gpu"] = str(gpus)
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": {
+        "requests": {"cpu": "100m", "memory": "128Mi"}, "limits": limits}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    spec["nodeSelector"] = {"e2e-pool": "sched", **(selector or {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+def test_300_pods_are_bound_without_overcommit_and_rejections_are_explained(api, scheduler):
+    core: Any = client.CoreV1Api(api)
+    ns = namespace(core)
+    bodies = []
+    for i in range(300):
+        if i % 10 == 0:
+            bodies.append(gpu_pod(f"share-{i}", milli=250 + (i % 3) * 250))
+        elif i % 50 == 1:
+            bodies.append(gpu_pod(f"huge-{i}", gpus=16))  # fits nowhere
+        elif i % 50 == 2:
+            bodies.append(gpu_pod(f"b200-{i}", annotations={"gpu.nvidia.com/model": "B200"}))
+        elif i % 50 == 3:
+            bodies.append(gpu_pod(f"volcano-{i}", scheduler="volcano"))
+        elif i % 3 == 0:
+            bodies.append(gpu_pod(f"gpu-{i}", gpus=1 + (i % 8 == 0), annotations={"gpu.nvidia.com/model": "L4"}))
+        else:
+            bodies.append(gpu_pod(f"gpu-{i}", gpus=1 + (i % 8 == 0)))
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        list(pool.map(lambda body: core.create_namespaced_pod(ns, body), bodies))
+
+    expected_unschedulable = {b["metadata"]["name"] for b in bodies if b["metadata"]["name"].split("-")[0] in
+                              ("huge", "b200")}
+    others = {b["metadata"]["name"] for b in bodies if b["metadata"]["name"].startswith("volcano")}
+
+    def all_settled() -> bool:
+        pods = core.list_namespaced_pod(ns).items
+        for pod in pods:
+            name = pod.metadata.name
+            if name in others:
+                continue
+            if name in expected_unschedulable:
+                conditions = {c.type: c for c in pod.status.conditions or []}
+                if "PodScheduled" not in conditions:
+                    return False
+            elif not pod.spec.node_name:
+                return False
+        return True
+
+    wait_for(all_settled, "every schedulable pod to be bound", timeout=120)
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(ns).items}
+    for name, pod in pods.items():
+        if name in others:
+            assert pod.spec.node_name is None and pod.spec.scheduler_name == "volcano"
+        elif name in expected_unschedulable:
+            condition = {c.type: c for c in pod.status.conditions}["PodScheduled"]
+            assert (condition.status, condition.reason) == ("False", "Unschedulable")
+            assert condition.message.startswith("0/")
+            want = "GPU model mismatch (want B200)" if name.startswith("b200") else "Insufficient nvidia.com/gpu"
+            assert want in condition.message, condition.message
+        else:
+            assert pod.spec.node_name not in ("sched-gpu-07", "sched-gpu-08"), "tainted or cordoned node used"
+            if name.startswith("share"):
+                assert pod.metadata.annotations["gpu-scheduler.io/gpu-devices"]
+    assert overcommit_problems(core) == []
+
+    events = core.list_namespaced_event(ns).items
+    failed = {e.involved_object.name for e in events if e.reason == "FailedScheduling"}
+    scheduled = {e.involved_object.name for e in events if e.reason == "Scheduled"}
+    assert expected_unschedulable <= failed
+    assert len(scheduled) == 300 - len(expected_unschedulable) - len(others)
