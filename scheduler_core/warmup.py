@@ -4,8 +4,9 @@ New pods get a negative `controller.kubernetes.io/pod-deletion-cost` from the we
 ReplicaSet scaling down removes them first. Once a pod has been Ready for the warm-up
 period its cost is raised to the warmed value, once. Only a cost still equal to what the
 webhook wrote (`gpu-scheduler.io/initial-deletion-cost`) is raised, and the JSON patch
-tests that value, so a user's concurrent change always wins. State lives on the pod, so
-a restarted scheduler neither forgets nor repeats a promotion. Pure: `now` is passed in.
+tests that value, so a user's concurrent change always wins; it also stamps
+`gpu-scheduler.io/deletion-cost-warmed-at`, so a cost set back later is never raised twice.
+State lives on the pod, so a restarted scheduler neither forgets nor repeats a promotion. Pure: `now` is passed in.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from webhook import config, patches
 
+WARMED_ANNOTATION = "gpu-scheduler.io/deletion-cost-warmed-at"  # when the one promotion happened
+
 
 def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: config.Warmup) -> list[dict[str, Any]] | None:
     """The JSON patch promoting `pod`, or None when it is not (or no longer) due."""
@@ -24,13 +27,19 @@ def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: config.Warmup
     initial = annotations.get(config.INITIAL_COST_ANNOTATION)
     current = annotations.get(config.DELETION_COST_ANNOTATION)
     warmed = str(warmup.cost)
-    if initial is None or current != initial or current == warmed or metadata.get("deletionTimestamp"):
+    if (initial is None or current != initial or current == warmed or WARMED_ANNOTATION in annotations
+            or metadata.get("deletionTimestamp")):
         return None
     ready_since = _ready_since(pod)
     if ready_since is None or (now - ready_since).total_seconds() < warmup.seconds:
         return None
     path = f"/metadata/annotations/{patches.escape(config.DELETION_COST_ANNOTATION)}"
-    return [{"op": "test", "path": path, "value": current}, {"op": "replace", "path": path, "value": warmed}]
+    return [
+        {"op": "test", "path": path, "value": current},
+        {"op": "replace", "path": path, "value": warmed},
+        {"op": "add", "path": f"/metadata/annotations/{patches.escape(WARMED_ANNOTATION)}",
+         "value": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    ]
 
 
 def _ready_since(pod: Mapping[str, Any]) -> datetime.datetime | None:

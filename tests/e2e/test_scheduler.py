@@ -126,3 +126,30 @@ def test_300_pods_are_bound_without_overcommit_and_rejections_are_explained(api,
     scheduled = {e.involved_object.name for e in events if e.reason == "Scheduled"}
     assert expected_unschedulable <= failed
     assert len(scheduled) == 300 - len(expected_unschedulable) - len(others)
+
+
+def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(api, scheduler, installed_webhook):
+    from tests.e2e.conftest import E2E_CONFIG
+
+    core: Any = client.CoreV1Api(api)
+    installed_webhook.set_config(E2E_CONFIG + "scheduling:\n  warmup: {seconds: 2, cost: 0}\n")
+    try:
+        ns = namespace(core)
+        for name in ("warm", "users-own", "never-ready"):
+            core.create_namespaced_pod(ns, gpu_pod(name))
+        wait_for(lambda: all(p.spec.node_name for p in core.list_namespaced_pod(ns).items), "the pods to be bound")
+        cost = "controller.kubernetes.io/pod-deletion-cost"
+        assert core.read_namespaced_pod("warm", ns).metadata.annotations[cost] == "-50"
+        core.patch_namespaced_pod("users-own", ns, {"metadata": {"annotations": {cost: "7"}}})
+        cp.mark_pod_ready(api, ns, "warm")
+        cp.mark_pod_ready(api, ns, "users-own")
+
+        def promoted() -> bool:
+            annotations = core.read_namespaced_pod("warm", ns).metadata.annotations
+            return annotations[cost] == "0" and "gpu-scheduler.io/deletion-cost-warmed-at" in annotations
+
+        wait_for(promoted, "the warmed pod's deletion cost to be raised", timeout=30)
+        assert core.read_namespaced_pod("users-own", ns).metadata.annotations[cost] == "7"
+        assert core.read_namespaced_pod("never-ready", ns).metadata.annotations[cost] == "-50"
+    finally:
+        installed_webhook.set_config(E2E_CONFIG)

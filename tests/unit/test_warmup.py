@@ -32,9 +32,13 @@ def test_a_pod_ready_long_enough_is_promoted_with_a_guarded_patch():
     assert patch == [
         {"op": "test", "path": "/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost", "value": "-50"},
         {"op": "replace", "path": "/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost", "value": "0"},
+        {"op": "add", "path": "/metadata/annotations/gpu-scheduler.io~1deletion-cost-warmed-at",
+         "value": "2026-11-29T12:00:00Z"},
     ]
     promoted = jsonpatch.apply_patch(obj, patch)
     assert warmup.due(promoted, now=NOW, warmup=WARMUP) is None  # once
+    promoted["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] = "-50"
+    assert warmup.due(promoted, now=NOW, warmup=WARMUP) is None  # even if set back later
 
 
 @pytest.mark.parametrize(
