@@ -13,9 +13,13 @@ class NoCredentials(RuntimeError):
     """Neither in-cluster credentials nor a kubeconfig were found."""
 
 
+POOL_SIZE = 32  # connections kept per host: binders, reporters and watches run in parallel
+
+
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """An ApiClient from `kubeconfig`, else in-cluster credentials, else $KUBECONFIG or ~/.kube/config."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = POOL_SIZE
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         return client.ApiClient(configuration)

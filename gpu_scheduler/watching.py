@@ -87,7 +87,10 @@ class Reflector:
     def _list(self) -> str:
         response = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout,
                                    _preload_content=False)
-        listing = json.loads(response.data)
+        try:
+            listing = json.loads(response.data)
+        finally:
+            response.release_conn()
         self._on_replace(list(listing.get("items") or []))
         self.synced.set()
         return str(listing["metadata"]["resourceVersion"])

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from urllib.parse import quote
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,8 +27,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 from urllib3.exceptions import HTTPError
 
-from gpu_scheduler import watching
-from scheduler_core import cluster, framework, metrics, nodes, pods, queueing, warmup
+from gpu_scheduler import rawapi, watching
+from scheduler_core import binding, cluster, framework, metrics, nodes, pods, queueing, warmup
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,9 @@ WARMUP_RETRY = 30.0
 
 
 class LiveScheduler:
-    def __init__(self, api: client.ApiClient, settings: config.Config, *, binder_threads: int = 8,
+    def __init__(self, api: client.ApiClient, settings: config.Config, *, binder_threads: int = 16,
                  promotions_per_second: float = 20.0):
+        self.api = api
         self.core: Any = client.CoreV1Api(api)
         self.settings = settings
         self.model = cluster.Cluster(gpu_resources=settings.admission.gpu_resources)
@@ -56,6 +58,8 @@ class LiveScheduler:
         self.warming: dict[str, float] = {}
         self.promotions_per_second = promotions_per_second
         self.binder = ThreadPoolExecutor(binder_threads, thread_name_prefix="binder")
+        # Events and status reports go through their own small pool, so they never hold up a binding.
+        self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
         self.stopped = threading.Event()
         self.alive = threading.Event()
         self.identity = f"gpu-scheduler-{uuid.uuid4().hex[:8]}"
@@ -84,6 +88,7 @@ class LiveScheduler:
         for reflector in self._reflectors:
             reflector.stop()
         self.binder.shutdown(wait=False, cancel_futures=True)
+        self.reporter.shutdown(wait=False, cancel_futures=True)
 
     @property
     def synced(self) -> bool:
@@ -252,22 +257,23 @@ class LiveScheduler:
         self.binder.submit(self._bind, obj, decision)
 
     def _bind(self, obj: dict[str, Any], decision: framework.Decision) -> None:
-        """Runs on a binder thread: record the devices, then bind. Reports back to the loop."""
+        """Runs on a binder thread: bind, with the devices annotation. Reports back to the loop.
+
+        The devices travel on the Binding (see scheduler_core.binding): one call, and no pod is
+        ever bound without its devices, so a restart restores them from the pod.
+        """
         metadata = obj["metadata"]
         name, namespace = metadata["name"], metadata.get("namespace") or "default"
+        annotations = {pods.DEVICES_ANNOTATION: pods.format_devices(decision.devices)} if decision.devices else {}
         try:
-            if decision.devices:
-                self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
-                    pods.DEVICES_ANNOTATION: pods.format_devices(decision.devices)}}})
-            body = {"apiVersion": "v1", "kind": "Binding",
-                    "metadata": {"name": name, "namespace": namespace, "uid": metadata.get("uid")},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": decision.node}}
-            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            binding.bind(self.api, namespace=namespace, name=name, uid=metadata.get("uid"), node=decision.node or "",
+                         annotations=annotations)
         except (ApiException, HTTPError, OSError) as err:
             self.events.put(("bound", decision.pod, decision.node, err))
             return
         self.events.put(("bound", decision.pod, decision.node, None))
-        self._record_event(obj, "Normal", "Scheduled", f"Successfully assigned {decision.pod} to {decision.node}")
+        self.reporter.submit(self._record_event, obj, "Normal", "Scheduled",
+                             f"Successfully assigned {decision.pod} to {decision.node}")
 
     def _on_bound(self, key: str, node: str, error: Exception | None) -> None:
         if error is None:
@@ -300,7 +306,7 @@ class LiveScheduler:
         if last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.reported[key] = (message, now)
-        self.binder.submit(self._write_unschedulable, obj, message)
+        self.reporter.submit(self._write_unschedulable, obj, message)
 
     def _write_unschedulable(self, obj: dict[str, Any], message: str) -> None:
         metadata = obj["metadata"]
@@ -308,7 +314,8 @@ class LiveScheduler:
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": _timestamp()}
         try:
-            self.core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [condition]}})
+            rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status",
+                           {"status": {"conditions": [condition]}}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
         except (ApiException, HTTPError, OSError) as err:
             log.warning("cannot set PodScheduled=False on %s/%s: %s", namespace, name, watching._brief(err))
         self._record_event(obj, "Warning", "FailedScheduling", message)
@@ -328,7 +335,7 @@ class LiveScheduler:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, event, _preload_content=False)
+            rawapi.request(self.api, "POST", f"/api/v1/namespaces/{quote(namespace)}/events", event)
         except (ApiException, HTTPError, OSError) as err:
             log.debug("cannot record event %s on %s: %s", reason, metadata["name"], watching._brief(err))
 
@@ -348,12 +355,13 @@ class LiveScheduler:
                 continue
             self.warming[key] = clock
             budget -= 1
-            self.binder.submit(self._promote, obj, patch)
+            self.reporter.submit(self._promote, obj, patch)
 
     def _promote(self, obj: dict[str, Any], patch: list[dict[str, Any]]) -> None:
         metadata = obj["metadata"]
         try:
-            self.core.patch_namespaced_pod(metadata["name"], metadata.get("namespace") or "default", patch)
+            rawapi.request(self.api, "PATCH", _pod_path(metadata.get("namespace") or "default", metadata["name"]),
+                           patch, content_type=rawapi.JSON_PATCH)
             metrics.PROMOTIONS.labels("promoted").inc()
         except ApiException as err:
             result = "skipped" if err.status == 422 else "error"  # 422: the test op failed, a user changed it
@@ -367,6 +375,10 @@ class LiveScheduler:
 def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:
     """A node's facts without the fast-changing utilization: a change here may make room."""
     return dataclasses.replace(facts, gpu_utilization=None)
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
 
 
 def _timestamp() -> str:

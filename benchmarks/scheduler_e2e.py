@@ -1,0 +1,188 @@
+"""End-to-end scheduling throughput on one real control plane, three ways side by side.
+
+N fake GPU nodes (default 1000, 8 GPUs each) and M one-GPU pods. For each way the pods are
+created first (nothing schedules them yet), then the scheduler starts, and the clock runs
+until the API shows every pod bound:
+
+  (a) gpu-scheduler run             our standalone scheduler
+  (b) kube-scheduler                the real one, default profile, nvidia.com/gpu as a plain extended resource
+  (c) kube-scheduler + extender     the real one calling `gpu-scheduler extender` (filter, prioritize, bind)
+
+Prints pods/s for each and the ratios a/b and c/b. Targets (issue 5): a/b >= 1.0; c/b >= 0.5
+(a trivial HTTP extender measured upstream kept about 0.11). Needs the binaries from
+`hack/control-plane.sh build`.
+
+    python benchmarks/scheduler_e2e.py [--nodes 1000] [--pods 2000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests import servers  # noqa: E402
+from tests.e2e import controlplane as cp  # noqa: E402
+
+CONFIG = "schedulerName: gpu-scheduler\nadmission: {rules: [{name: any-gpu}]}\n"
+
+
+def create_nodes(api: Any, count: int) -> None:
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda i: cp.create_gpu_node(api, f"bench-{i:05d}", gpus=8, zone=f"zone-{i % 3}"),
+                      range(count)))
+
+
+def create_pods(core: Any, namespace: str, count: int, scheduler_name: str) -> float:
+    body = lambda i: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}"}, "spec": {  # noqa: E731
+        "schedulerName": scheduler_name, "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(lambda i: core.create_namespaced_pod(namespace, body(i)), range(count)))
+    return count / (time.perf_counter() - started)
+
+
+def wait_bound(core: Any, namespace: str, count: int, timeout: float, progress: Any) -> tuple[float, float]:
+    """(seconds from scheduler start until every pod is bound, pods/s from the first binding seen to the last).
+
+    The second figure leaves out start-up (process start, imports, initial list), as upstream's
+    scheduler_perf throughput does.
+    """
+    started = time.perf_counter()
+    done = 0
+    first: tuple[float, int] | None = None
+    while time.perf_counter() - started < timeout:
+        unbound = len(core.list_namespaced_pod(namespace, field_selector="spec.nodeName=").items)
+        now = time.perf_counter()
+        progress.update(count - unbound - done)
+        done = count - unbound
+        if first is None and done > 0:
+            first = (now, done)
+        if unbound == 0:
+            assert first is not None
+            steady = (count - first[1]) / (now - first[0]) if now > first[0] else float("inf")
+            return now - started, steady
+        time.sleep(0.1)
+    raise RuntimeError(f"{namespace}: {count - done} of {count} pods still unbound after {timeout:.0f}s")
+
+
+def run_way(name: str, plane: cp.ControlPlane, api: Any, pods: int, work: Path, start: Any, scheduler_name: str,
+            timeout: float) -> dict[str, float]:
+    from kubernetes import client
+    from tqdm import tqdm
+
+    core: Any = client.CoreV1Api(api)
+    namespace = f"bench-{name}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    create_rate = create_pods(core, namespace, pods, scheduler_name)
+    stop = start()
+    try:
+        with tqdm(total=pods, desc=name, unit="pod") as progress:
+            elapsed, steady = wait_bound(core, namespace, pods, timeout, progress)
+    finally:
+        stop()
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    return {"pods_per_s": steady, "seconds": elapsed, "pods_per_s_with_startup": pods / elapsed,
+            "create_pods_per_s": create_rate}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--timeout", type=float, default=600.0, help="per way, seconds")
+    parser.add_argument("--ways", default="a,b,c", help="which of a (ours), b (kube-scheduler), c (extender)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    ways = set(args.ways.split(","))
+    if cp.find_binaries() is None:
+        print("control-plane binaries missing: run hack/control-plane.sh build", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="scheduler-e2e-bench-"))
+    config_file = work / "config.yaml"
+    config_file.write_text(CONFIG)
+    results: dict[str, dict[str, float]] = {}
+    with cp.ControlPlane() as plane:
+        api = plane.api_client()
+        print(f"creating {args.nodes} nodes ...", file=sys.stderr)
+        create_nodes(api, args.nodes)
+
+        def ours() -> Any:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gpu_scheduler", "run", "--config", str(config_file), "--kubeconfig",
+                 str(plane.kubeconfig), "--port", str(servers.free_port()), "--log-level", "warning"],
+                stdout=(work / "run.log").open("wb"), stderr=subprocess.STDOUT)
+            return lambda: (process.terminate(), process.wait(15))
+
+        # kube-scheduler's client defaults to 50 QPS, which alone would cap it at 50 bindings/s;
+        # scheduler_perf lifts the limit, and so does this benchmark.
+        unthrottled = {"clientConnection": {"qps": 5000, "burst": 5000}}
+
+        def kube_scheduler() -> Any:
+            return plane.start_scheduler(json.dumps(unthrottled)).stop
+
+        def with_extender() -> Any:
+            port = servers.free_port()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gpu_scheduler", "extender", "--config", str(config_file), "--kubeconfig",
+                 str(plane.kubeconfig), "--port", str(port)],
+                stdout=(work / "extender.log").open("wb"), stderr=subprocess.STDOUT)
+            servers.eventually(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=60)
+            profile = {**unthrottled, "profiles": [{"schedulerName": "default-scheduler"}], "extenders": [{
+                "urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+                "bindVerb": "bind", "weight": 1, "nodeCacheCapable": True, "enableHTTPS": False,
+                "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]}]}
+            scheduler = plane.start_scheduler(json.dumps(profile))
+            return lambda: (scheduler.stop(), process.terminate(), process.wait(15))
+
+        if "a" in ways:
+            results["gpu-scheduler"] = run_way("ours", plane, api, args.pods, work, ours, "gpu-scheduler",
+                                               args.timeout)
+        if "b" in ways:
+            results["kube-scheduler"] = run_way("kube", plane, api, args.pods, work, kube_scheduler,
+                                                "default-scheduler", args.timeout)
+        if "c" in ways:
+            results["kube-scheduler+extender"] = run_way("extender", plane, api, args.pods, work, with_extender,
+                                                         "default-scheduler", args.timeout)
+    base = results.get("kube-scheduler", {}).get("pods_per_s")
+    summary: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods}
+    if base and "gpu-scheduler" in results:
+        summary["a/b"] = results["gpu-scheduler"]["pods_per_s"] / base
+    if base and "kube-scheduler+extender" in results:
+        summary["c/b"] = results["kube-scheduler+extender"]["pods_per_s"] / base
+    if args.json:
+        print(json.dumps({"results": results, "summary": summary}, indent=2))
+        return 0
+    print(f"\n{args.nodes} nodes, {args.pods} one-GPU pods, created before the scheduler starts")
+    print(f"{'way':<26}{'pods/s':>9}{'incl. start-up':>16}{'seconds':>9}")
+    for name, r in results.items():
+        print(f"{name:<26}{r['pods_per_s']:>9.0f}{r['pods_per_s_with_startup']:>16.0f}{r['seconds']:>9.1f}")
+    print("pods/s: from the first binding seen to the last; incl. start-up: from the scheduler's start")
+    if "a/b" in summary:
+        print(f"\na/b (gpu-scheduler run / kube-scheduler): {summary['a/b']:.2f} (target >= 1.0)")
+    if "c/b" in summary:
+        print(f"c/b (kube-scheduler with our extender / kube-scheduler): {summary['c/b']:.2f} (target >= 0.5)")
+    return 0
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(url, timeout=2).status == 200
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
