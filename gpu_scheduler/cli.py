@@ -116,6 +116,25 @@ def _parser() -> argparse.ArgumentParser:
     webhook.add_argument("--access-log", action="store_true", help="log every request")
     webhook.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     webhook.set_defaults(run=_webhook)
+    extender = commands.add_parser(
+        "extender",
+        help="serve the kube-scheduler HTTP extender",
+        description="Serve POST /filter, /prioritize and /bind (kube-scheduler extender/v1), /healthz, /readyz "
+                    "and /metrics under gunicorn: one worker process (one cluster model, so no GPU is given "
+                    "twice) with several threads. Plain HTTP unless --cert and --key are given.",
+    )
+    extender_source = extender.add_mutually_exclusive_group(required=True)
+    extender_source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
+    extender_source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    extender.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
+    extender.add_argument("--port", type=int, default=8888)
+    extender.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    extender.add_argument("--threads", type=int, default=8, help="request threads of the one worker (default 8)")
+    extender.add_argument("--cert", metavar="FILE", help="TLS certificate (PEM), for enableHTTPS: true")
+    extender.add_argument("--key", metavar="FILE", help="TLS private key (PEM), with --cert")
+    extender.add_argument("--access-log", action="store_true", help="log every request")
+    extender.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    extender.set_defaults(run=_extender)
     run = commands.add_parser(
         "run",
         help="run the standalone scheduler",
@@ -155,6 +174,42 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot reach a cluster: {err}") from err
     return standalone.run(api, config_file=args.config, config_map=config_map, leader_elect=args.leader_elect,
                           lease=_namespaced("--lease", args.lease), port=args.port)
+
+
+def _extender(args: argparse.Namespace) -> int:
+    from gpu_scheduler import kubeclient
+    from webhook import serving
+
+    config_map = _namespaced("--config-map", args.config_map) if args.config_map else None
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"--config {args.config}: no such file")
+    if (args.cert is None) != (args.key is None):
+        raise UsageError("--cert and --key go together (both for HTTPS, neither for plain HTTP)")
+    for path in filter(None, (args.cert, args.key)):
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such file")
+    try:
+        kubeclient.api_client(args.kubeconfig)  # fail here, with a message, rather than in the worker
+    except kubeclient.NoCredentials as err:
+        raise UsageError(f"cannot reach a cluster: {err}") from err
+
+    def load_app() -> Any:
+        from scheduler_core import extender
+
+        return extender.create_app(
+            extender.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig))
+
+    serving.serve(
+        load_app,
+        serving.ServerOptions(
+            cert_file=args.cert, key_file=args.key, host=args.host, port=args.port,
+            workers=1,  # one model: a second worker would keep its own and could give a GPU twice
+            threads=args.threads, log_level=args.log_level, access_log=args.access_log,
+            proc_name="gpu-scheduler-extender",
+        ),
+        preload=("scheduler_core.extender",),
+    )
+    return 0
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

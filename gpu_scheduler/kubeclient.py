@@ -13,7 +13,7 @@ class NoCredentials(RuntimeError):
     """Neither in-cluster credentials nor a kubeconfig were found."""
 
 
-POOL_SIZE = 32  # connections kept per host: binders, reporters and watches run in parallel
+POOL_SIZE = 48  # connections kept per host: binders, reporters and watches run in parallel
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:

@@ -126,6 +126,46 @@ class Framework:
             return (Device(int(index), pod.gpu_milli),)
         return ()
 
+    def evaluate(self, pod: PodFacts, node_names: list[str], *, score: bool = True
+                 ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, float]]:
+        """Filter and score only `node_names`, as kube-scheduler asks an extender about its candidates.
+
+        Returns the feasible names (input order, duplicates dropped); for each rejected node the
+        first filter that rejects it and that filter's reasons for it, joined with ", "; and for
+        each feasible node the weighted score as an average over the plugins' weights, 0..100.
+        Names the model does not hold appear in none of the three. Changes nothing.
+        """
+        cluster = self.cluster
+        names = [name for name in dict.fromkeys(node_names) if name in cluster.index]
+        if pod.problems:
+            reason = "; ".join(pod.problems)
+            return [], {name: ("PodProblems", reason) for name in names}, {}
+        rows = np.array([cluster.index[name] for name in names], dtype=np.int64)
+        cycle = plugins.Cycle(cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy)
+        alive = np.ones(rows.size, dtype=bool)
+        failed: dict[str, tuple[str, str]] = {}
+        for filter_name, filter_plugin in plugins.FILTERS:
+            if not alive.any():
+                break
+            reasons: dict[int, list[str]] = {}
+            for mask, reason in filter_plugin(cycle):
+                for hit in np.flatnonzero(mask[rows] & alive):
+                    reasons.setdefault(int(hit), []).append(reason)
+            for position, texts in reasons.items():
+                failed[names[position]] = (filter_name, ", ".join(texts))
+                alive[position] = False
+        feasible_rows = rows[alive]
+        feasible = [names[int(kept)] for kept in np.flatnonzero(alive)]
+        if not score or not feasible:
+            return feasible, failed, {}
+        total = np.zeros(feasible_rows.size)
+        weights = 0
+        for _, plugin, weight in self.scores:
+            total += weight * plugin(cycle, feasible_rows)
+            weights += weight
+        average = total / weights if weights else total
+        return feasible, failed, {name: float(value) for name, value in zip(feasible, average)}
+
 
 def _unschedulable(nodes: int, reasons: Counter[str]) -> str:
     parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]

@@ -39,7 +39,7 @@ WARMUP_RETRY = 30.0
 
 
 class LiveScheduler:
-    def __init__(self, api: client.ApiClient, settings: config.Config, *, binder_threads: int = 16,
+    def __init__(self, api: client.ApiClient, settings: config.Config, *, binder_threads: int = 32,
                  promotions_per_second: float = 20.0):
         self.api = api
         self.core: Any = client.CoreV1Api(api)

@@ -2,7 +2,8 @@
 
 gthread workers keep TLS connections alive between admission calls (sync workers close
 them, paying a handshake per request); webhook.workers keeps idle connections off threads. The worker app is built after fork so each
-worker owns its watches. TLS 1.2 is the floor.
+worker owns its watches. TLS 1.2 is the floor. Without a certificate the server speaks plain
+HTTP: kube-scheduler may call an extender over http (`enableHTTPS: false`), the webhook never.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from gunicorn.app.base import BaseApplication
 
 @dataclass(frozen=True)
 class ServerOptions:
-    cert_file: str
-    key_file: str
+    cert_file: str | None = None  # None (with key_file None): plain HTTP
+    key_file: str | None = None
     host: str = "0.0.0.0"
     port: int = 8443
     workers: int = 2
@@ -30,6 +31,7 @@ class ServerOptions:
     keepalive_seconds: int = 75  # longer than Go's idle connection reuse wants to wait
     log_level: str = "info"
     access_log: bool = False
+    proc_name: str = "gpu-scheduler-webhook"
 
 
 def _tls_context(_: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
@@ -77,9 +79,6 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
         "worker_class": "webhook.workers.IdleTolerantThreadWorker",
         "threads": options.threads,
         "keepalive": options.keepalive_seconds,
-        "certfile": options.cert_file,
-        "keyfile": options.key_file,
-        "ssl_context": _tls_context,
         "child_exit": _child_exit,
         "timeout": 30,
         "graceful_timeout": 10,
@@ -87,9 +86,13 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
         "accesslog": "-" if options.access_log else None,
         "errorlog": "-",
         "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,
-        "proc_name": "gpu-scheduler-webhook",
+        "proc_name": options.proc_name,
         "control_socket_disable": True,  # several servers may share a host (and /root)
     }
+    if options.cert_file is not None or options.key_file is not None:
+        if options.cert_file is None or options.key_file is None:
+            raise ValueError("cert_file and key_file go together: both for TLS, neither for plain HTTP")
+        gunicorn_options.update(certfile=options.cert_file, keyfile=options.key_file, ssl_context=_tls_context)
     try:
         _Server(load_app, gunicorn_options).run()
     finally:
