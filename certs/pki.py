@@ -66,20 +66,7 @@ def new_ca(
         .not_valid_before(start)
         .not_valid_after(start + datetime.timedelta(days=valid_days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -126,20 +113,7 @@ def issue(
         .not_valid_before(start)
         .not_valid_after(start + datetime.timedelta(days=valid_days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
@@ -159,6 +133,21 @@ def new_signing_key() -> bytes:
 def ca_bundle(ca_cert_pem: bytes) -> str:
     """The base64 form a MutatingWebhookConfiguration's `caBundle` takes."""
     return base64.b64encode(ca_cert_pem).decode("ascii")
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signatures (ECDSA TLS), plus certificate and CRL signing for a CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:

@@ -73,13 +73,22 @@ class Webhook:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL), then SIGKILL if it has not exited within 15 s."""
+    if process.poll() is not None:
+        return
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
 
 
 def start_webhook(

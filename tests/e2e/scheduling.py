@@ -24,16 +24,7 @@ class SchedulerProcess:
         return self.log.read_text(errors="replace")
 
     def stop(self, kill: bool = False) -> None:
-        if self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        servers.stop_process(self.process, kill=kill)
 
 
 def start_scheduler(kubeconfig: Path, log_dir: Path, *args: str, name: str = "scheduler") -> SchedulerProcess:
