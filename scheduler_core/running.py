@@ -53,6 +53,8 @@ class LiveScheduler:
         # pod -> node: assumed into the model, until a watch event shows the pod bound (or gone). A stale
         # event from before the binding must not send the pod round again, nor free its GPUs.
         self.assumed: dict[str, str] = {}
+        # bound pods whose node the model has not seen yet (a pod list can arrive before the node list)
+        self.orphans: dict[str, dict[str, dict[str, Any]]] = {}
         self.queued_at: dict[str, float] = {}
         self.reported: dict[str, tuple[str, float]] = {}
         self.warming: dict[str, float] = {}
@@ -167,8 +169,13 @@ class LiveScheduler:
         row = self.model.index.get(name)
         before = self.model.node(row) if row is not None else None
         self.model.set_node(facts)
+        self._adopt_orphans(name)
         if before is None or _relevant(before) != _relevant(facts):
             self.queue.cluster_changed()
+
+    def _adopt_orphans(self, node: str) -> None:
+        for obj in self.orphans.pop(node, {}).values():
+            self.model.restore(self._pod_facts(obj))
 
     def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         names = {obj["metadata"]["name"] for obj in items}
@@ -176,6 +183,7 @@ class LiveScheduler:
             self.model.remove_node(name)
         for obj in items:
             self.model.set_node(self._node_facts(obj))
+            self._adopt_orphans(obj["metadata"]["name"])
         self.queue.cluster_changed()
 
     def _pod_facts(self, obj: dict[str, Any]) -> pods.PodFacts:
@@ -187,6 +195,8 @@ class LiveScheduler:
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         if kind == "DELETED" or status.get("phase") in TERMINAL:
             self._forget_pending(key)
+            for waiting in self.orphans.values():
+                waiting.pop(key, None)
             self.warm_candidates.pop(key, None)
             self.assumed.pop(key, None)
             if self.model.unassign(key) is not None:
@@ -199,7 +209,10 @@ class LiveScheduler:
             current = self.model.assignments.get(key)
             if current is None or self.model.node(current.node).name != node:
                 self.model.unassign(key)
-                self.model.restore(self._pod_facts(obj))
+                if node in self.model.index:
+                    self.model.restore(self._pod_facts(obj))
+                else:
+                    self.orphans.setdefault(node, {})[key] = obj
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             if config.INITIAL_COST_ANNOTATION in annotations:
                 self.warm_candidates[key] = obj
@@ -216,6 +229,7 @@ class LiveScheduler:
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         keys = {pods.key_of(obj) for obj in items}
+        self.orphans.clear()
         for key in [k for k in self.model.assignments if k not in keys]:
             self.model.unassign(key)
             self.assumed.pop(key, None)

@@ -1,0 +1,598 @@
+"""The scheduler core as kube-scheduler's HTTP extender: `/filter`, `/prioritize`, `/bind`.
+
+For clusters that keep kube-scheduler. kube-scheduler runs its own filters, then POSTs
+extender/v1 JSON (Go field names as keys, no JSON tags) about the nodes left; we answer from
+our own model of the cluster, fed by Node and Pod watches, and we bind, because only the
+binder can choose the GPU devices and record them (`gpu-scheduler.io/gpu-devices`) before
+the pod starts.
+
+One process, one model, one lock. Requests arrive on several threads (gunicorn gthread), and
+a bind must see every earlier bind's devices; several worker processes would each hold a
+model of their own and could hand one GPU to two pods, so `gpu-scheduler extender` runs
+exactly one worker. kube-scheduler binds asynchronously, so the next pod may be filtered
+before the previous bind reaches us: devices are chosen at bind time, under the lock, against
+the model as it is then, and a node without room any more answers with an Error, after which
+kube-scheduler retries the pod. The model never overcommits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from flask import Flask, Response, jsonify, request
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter, Histogram
+from urllib3.exceptions import HTTPError
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from gpu_scheduler import watching
+from scheduler_core import binding, cluster, framework, nodes, pods
+from webhook import config, sources
+from webhook import metrics as shared_metrics
+
+log = logging.getLogger(__name__)
+
+MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority; kube-scheduler adds score * weight * 10
+MAX_BODY_BYTES = 128 * 2**20  # full Nodes (nodeCacheCapable: false) of a few thousand nodes
+NOT_CACHED = "node not in the extender's cache yet"
+TERMINAL = ("Succeeded", "Failed")
+REMEMBERED_PODS = 4096  # Pods from /filter kept for /bind, whose arguments carry only names
+# Rejections that evicting pods can cure. Every other rejection (GPU model, taints, affinity, a node we
+# do not know ...) is also reported in FailedAndUnresolvableNodes, so kube-scheduler's preemption, which
+# cannot ask us, never evicts pods from a node this pod could not use anyway.
+RESOLVABLE_BY_PREEMPTION = frozenset({"NodeResourcesFit", "GPUDevices"})
+
+REQUESTS = Counter(
+    "gpu_scheduler_extender_requests_total",
+    "Extender calls answered, by verb (filter, prioritize, bind) and outcome "
+    "(ok, bound, refused: bind answered with an Error, invalid, not_ready, error).",
+    ["verb", "outcome"],
+)
+LATENCY = Histogram(
+    "gpu_scheduler_extender_request_duration_seconds",
+    "Time to answer one extender call, by verb (bind includes its two API calls).",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+
+# --- the wire (k8s.io/kube-scheduler/extender/v1) --------------------------------------------------
+
+
+class ExtenderFilterResult(TypedDict):
+    Nodes: dict[str, Any] | None  # a v1 NodeList, when full Nodes were sent
+    NodeNames: list[str] | None  # when NodeNames were sent (nodeCacheCapable: true)
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class HostPriority(TypedDict):
+    Host: str
+    Score: int
+
+
+class ExtenderBindingResult(TypedDict):
+    Error: str
+
+
+class RequestError(ValueError):
+    """A malformed request: the caller's fault, answered with HTTP 400; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """ExtenderArgs: the pod, and the nodes kube-scheduler asks about."""
+
+    pod: dict[str, Any]
+    names: tuple[str, ...]
+    node_list: dict[str, Any] | None  # the NodeList when full Nodes were sent; None with NodeNames
+
+
+@dataclass(frozen=True)
+class BindingArgs:
+    """ExtenderBindingArgs."""
+
+    pod_name: str
+    namespace: str
+    uid: str
+    node: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def parse_candidates(body: object) -> Candidates:
+    """ExtenderArgs from decoded JSON; RequestError names the first field that is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError(f"body: must be a JSON object (ExtenderArgs), got {_show(body)}")
+    if "Pod" not in body:
+        raise RequestError("Pod: missing")
+    pod = body["Pod"]
+    if not isinstance(pod, dict):
+        raise RequestError(f"Pod: must be an object (a v1 Pod), got {_show(pod)}")
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):
+        raise RequestError(f"Pod.metadata: must be an object, got {_show(metadata)}")
+    for field in ("name", "uid"):
+        if not isinstance(metadata.get(field), str) or not metadata[field]:
+            raise RequestError(f"Pod.metadata.{field}: must be a non-empty string, got {_show(metadata.get(field))}")
+    if not isinstance(pod.get("spec"), dict):
+        raise RequestError(f"Pod.spec: must be an object, got {_show(pod.get('spec'))}")
+    node_names, node_list = body.get("NodeNames"), body.get("Nodes")
+    if node_names is None and node_list is None:
+        raise RequestError("NodeNames, Nodes: one must be given (NodeNames when nodeCacheCapable is true)")
+    if node_names is not None and node_list is not None:
+        raise RequestError("NodeNames, Nodes: only one may be given")
+    if node_names is not None:
+        if not isinstance(node_names, list):
+            raise RequestError(f"NodeNames: must be a list of node names, got {_show(node_names)}")
+        for i, name in enumerate(node_names):
+            if not isinstance(name, str) or not name:
+                raise RequestError(f"NodeNames[{i}]: must be a non-empty string, got {_show(name)}")
+        return Candidates(pod, tuple(node_names), None)
+    if not isinstance(node_list, dict):
+        raise RequestError(f"Nodes: must be an object (a v1 NodeList), got {_show(node_list)}")
+    items = node_list.get("items")
+    if items is None:
+        items = []  # Go encodes an empty NodeList's items as null
+    if not isinstance(items, list):
+        raise RequestError(f"Nodes.items: must be a list, got {_show(items)}")
+    names = []
+    for i, item in enumerate(items):
+        name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name:
+            raise RequestError(f"Nodes.items[{i}].metadata.name: must be a non-empty string, got {_show(name)}")
+        names.append(name)
+    return Candidates(pod, tuple(names), {**node_list, "items": items})
+
+
+def parse_binding(body: object) -> BindingArgs:
+    """ExtenderBindingArgs from decoded JSON; RequestError names the field."""
+    if not isinstance(body, dict):
+        raise RequestError(f"body: must be a JSON object (ExtenderBindingArgs), got {_show(body)}")
+    values = []
+    for field in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = body.get(field)
+        if not isinstance(value, str) or not value:
+            raise RequestError(f"{field}: must be a non-empty string, got {_show(value) if field in body else 'nothing'}")
+        values.append(value)
+    return BindingArgs(*values)
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def priorities(names: tuple[str, ...], scores: Mapping[str, float]) -> list[HostPriority]:
+    """Scores 0..10 for every asked-about node: the best candidate 10, the worst 0, linear between.
+
+    Stretched over the candidates rather than divided by 10: the plugins' scores share constant
+    parts (a taint nobody has, unknown utilization) that would otherwise squeeze every node
+    into one or two integer steps, and the core's ranking would not reach kube-scheduler.
+    Infeasible or unknown nodes get 0.
+    """
+    low, high = min(scores.values(), default=0.0), max(scores.values(), default=0.0)
+    answer: list[HostPriority] = []
+    for name in dict.fromkeys(names):
+        if name not in scores:
+            value = 0
+        elif high - low < 1e-9:
+            value = MAX_PRIORITY
+        else:
+            value = round(MAX_PRIORITY * (scores[name] - low) / (high - low))
+        answer.append({"Host": name, "Score": value})
+    return answer
+
+
+# --- the model and the verbs -------------------------------------------------------------------
+
+
+class BindError(Exception):
+    """A bind that did not happen; the message goes back to kube-scheduler as the result's Error."""
+
+
+class Extender:
+    """The cluster model, kept by watches, and the three verbs over it; every access under `lock`."""
+
+    def __init__(self, settings: config.Config, *, core: Any = None):
+        self.settings = settings
+        self.core = core  # a CoreV1Api; None only where nothing is bound (unit tests with a model filled directly)
+        self.lock = threading.Lock()
+        self.model = cluster.Cluster(gpu_resources=settings.admission.gpu_resources)
+        self.framework = framework.Framework(self.model, settings.scheduling)
+        # pod key -> node: assumed by our bind, until the watch shows the pod bound (or gone). A stale
+        # event from before the binding must not free its GPUs.
+        self.assumed: dict[str, str] = {}
+        # node -> pod key -> facts: pods the watch shows bound to a node it has not shown yet
+        self.waiting: defaultdict[str, dict[str, pods.PodFacts]] = defaultdict(dict)
+        self.remembered: OrderedDict[str, dict[str, Any]] = OrderedDict()  # pod uid -> Pod from /filter
+        self._reflectors: list[watching.Reflector] = []
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> Extender:
+        """Start the Node and Pod watches; requests are answered once both have listed."""
+        if self.core is None:
+            raise ValueError("the extender needs a CoreV1Api to watch nodes and pods")
+        self._reflectors = [
+            watching.Reflector(self.core.list_node, name="Nodes", on_replace=self.replace_nodes,
+                               on_event=self.node_event),
+            watching.Reflector(self.core.list_pod_for_all_namespaces, name="Pods",
+                               list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
+                               on_replace=self.replace_pods, on_event=self.pod_event),
+        ]
+        for reflector in self._reflectors:
+            reflector.start()
+        return self
+
+    def stop(self) -> None:
+        for reflector in self._reflectors:
+            reflector.stop()
+
+    @property
+    def synced(self) -> bool:
+        return all(reflector.synced.is_set() for reflector in self._reflectors)
+
+    def configure(self, settings: config.Config) -> None:
+        """A new valid configuration: scoring applies to the next call."""
+        with self.lock:
+            if settings.admission.gpu_resources != self.settings.admission.gpu_resources:
+                log.warning("admission.gpuResources changed to %s: restart the extender to apply it",
+                            ", ".join(settings.admission.gpu_resources))
+            self.settings = settings
+            self.framework.configure(settings.scheduling)
+
+    # --- the model, from the watches ----------------------------------------------------------------
+
+    def replace_nodes(self, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            names = {str((obj.get("metadata") or {}).get("name")) for obj in items}
+            for name in [name for name in self.model.index if name not in names]:
+                self.model.remove_node(name)
+            for obj in items:
+                self._set_node(obj)
+
+    def node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            if kind == "DELETED":
+                self.model.remove_node(str(obj["metadata"]["name"]))
+            else:
+                self._set_node(obj)
+
+    def _set_node(self, obj: dict[str, Any]) -> None:
+        facts = nodes.parse(obj, gpu_resources=self.model.gpu_resources,
+                            now=datetime.datetime.now(datetime.timezone.utc),
+                            utilization_max_age=self.settings.scheduling.utilization_max_age_seconds)
+        self.model.set_node(facts)
+        for pod in self.waiting.pop(facts.name, {}).values():
+            self.model.restore(pod)
+
+    def replace_pods(self, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            keys = {pods.key_of(obj) for obj in items}
+            for key in [key for key in self.model.assignments if key not in keys]:
+                self.model.unassign(key)
+                self.assumed.pop(key, None)
+            self.waiting.clear()
+            for obj in items:
+                self._pod(obj, gone=False)
+
+    def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self._pod(obj, gone=kind == "DELETED")
+
+    def _pod(self, obj: dict[str, Any], *, gone: bool) -> None:
+        key = pods.key_of(obj)
+        metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        uid = str(metadata.get("uid") or "")
+        current = self.model.assignments.get(key)
+        if gone or (obj.get("status") or {}).get("phase") in TERMINAL:
+            self._forget_waiting(key)
+            if current is not None and current.pod.uid in ("", uid):  # not a newer pod of the same name
+                self.model.unassign(key)
+                self.assumed.pop(key, None)
+            return
+        node = spec.get("nodeName")
+        if not node:
+            return  # pending: accounted once bound (by our bind, or when the watch shows it bound)
+        self.assumed.pop(key, None)
+        if current is not None and current.pod.uid == uid and self.model.node(current.node).name == node:
+            return  # accounted already; the devices our bind chose stand
+        facts = self._pod_facts(obj)
+        self.model.unassign(key)
+        self._forget_waiting(key)
+        if node in self.model.index:
+            self.model.restore(facts)
+        else:
+            self.waiting[node][key] = facts
+
+    def _forget_waiting(self, key: str) -> None:
+        for node in [node for node, waiting in self.waiting.items() if key in waiting]:
+            del self.waiting[node][key]
+            if not self.waiting[node]:
+                del self.waiting[node]
+
+    def _pod_facts(self, obj: Mapping[str, Any]) -> pods.PodFacts:
+        return pods.parse(obj, gpu_resources=self.model.gpu_resources,
+                          locality_labels=self.settings.scheduling.locality_labels)
+
+    def _remember(self, pod: dict[str, Any]) -> None:
+        uid = str(pod["metadata"]["uid"])
+        self.remembered[uid] = pod
+        self.remembered.move_to_end(uid)
+        while len(self.remembered) > REMEMBERED_PODS:
+            self.remembered.popitem(last=False)
+
+    # --- verbs --------------------------------------------------------------------------------------
+
+    def filter(self, candidates: Candidates) -> ExtenderFilterResult:
+        facts = self._pod_facts(candidates.pod)
+        with self.lock:
+            self._remember(candidates.pod)
+            known = [name for name in candidates.names if name in self.model.index]
+            feasible, failed, _ = self.framework.evaluate(facts, known, score=False)
+        failed_nodes = {name: reason for name, (_, reason) in failed.items()}
+        unresolvable = {name: reason for name, (plugin, reason) in failed.items()
+                        if plugin not in RESOLVABLE_BY_PREEMPTION}
+        passing = set(feasible)
+        for name in candidates.names:
+            if name not in failed_nodes and name not in passing:
+                failed_nodes[name] = unresolvable[name] = NOT_CACHED
+        if candidates.node_list is None:
+            return {"Nodes": None, "NodeNames": feasible, "FailedNodes": failed_nodes,
+                    "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        items = [item for item in candidates.node_list["items"] if item["metadata"]["name"] in passing]
+        return {"Nodes": {**candidates.node_list, "items": items}, "NodeNames": None, "FailedNodes": failed_nodes,
+                "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+    def prioritize(self, candidates: Candidates) -> list[HostPriority]:
+        facts = self._pod_facts(candidates.pod)
+        with self.lock:
+            self._remember(candidates.pod)
+            known = [name for name in candidates.names if name in self.model.index]
+            _, _, scores = self.framework.evaluate(facts, known)
+        return priorities(candidates.names, scores)
+
+    def bind(self, args: BindingArgs) -> ExtenderBindingResult:
+        """Choose and assume the devices, then POST the Binding that records them on the pod."""
+        try:
+            facts = self._pod_facts(self._pod_for(args))
+            with self.lock:
+                devices = self._assume(facts, args.node)
+        except BindError as err:
+            log.info("not binding %s to %s: %s", args.key, args.node, err)
+            return {"Error": str(err)}
+        try:
+            self._write(args, devices)
+        except BindError as err:
+            with self.lock:
+                if self.assumed.get(args.key) == args.node:
+                    del self.assumed[args.key]
+                    self.model.unassign(args.key)
+            log.warning("binding %s to %s failed: %s", args.key, args.node, err)
+            return {"Error": str(err)}
+        log.info("bound %s to %s with GPU devices %s", args.key, args.node, pods.format_devices(devices))
+        return {"Error": ""}
+
+    def _pod_for(self, args: BindingArgs) -> dict[str, Any]:
+        """The Pod of the last /filter for this UID, else read from the API."""
+        with self.lock:
+            pod = self.remembered.get(args.uid)
+        if pod is None:
+            pod = self._read_pod(args)
+        metadata = pod.get("metadata") or {}
+        if metadata.get("uid") != args.uid or metadata.get("name") != args.pod_name or \
+                (metadata.get("namespace") or "default") != args.namespace:
+            raise BindError(f"pod {args.key} with UID {args.uid} no longer exists "
+                            f"(found {pods.key_of(pod)} with UID {metadata.get('uid')})")
+        return pod
+
+    def _read_pod(self, args: BindingArgs) -> dict[str, Any]:
+        try:
+            reply = self.core.read_namespaced_pod(args.pod_name, args.namespace, _preload_content=False)
+            try:
+                return dict(json.loads(reply.data))
+            finally:
+                reply.release_conn()
+        except (ApiException, HTTPError, OSError, ValueError) as err:
+            raise BindError(f"cannot read pod {args.key}: {_brief(err)}") from err
+
+    def _assume(self, facts: pods.PodFacts, node: str) -> tuple[pods.Device, ...]:
+        """Under the lock: the devices for `facts` on `node`, accounted in the model; never overcommits."""
+        row = self.model.index.get(node)
+        if row is None:
+            raise BindError(f"node {node}: {NOT_CACHED}")
+        current = self.model.assignments.get(facts.key)
+        if current is not None and current.pod.uid == facts.uid:
+            if current.node == row:
+                return current.devices  # bound or being bound there already: the same devices again
+            raise BindError(f"pod {facts.key} is already assigned to node {self.model.node(current.node).name}")
+        feasible, failed, _ = self.framework.evaluate(facts, [node], score=False)
+        if not feasible:
+            raise BindError(f"node {node} cannot take pod {facts.key} any more: {failed[node][1]}")
+        devices = self.framework._devices(row, facts)  # the standalone scheduler's device choice
+        try:
+            self.model.assign(facts, node, devices)
+        except cluster.OvercommitError as err:
+            raise BindError(str(err)) from err
+        self.assumed[facts.key] = node
+        return devices
+
+    def _write(self, args: BindingArgs, devices: tuple[pods.Device, ...]) -> None:
+        """POST the Binding with the devices annotation, which the apiserver writes onto the pod in the same
+        update that sets its node (as `gpu-scheduler run` binds); its UID refuses a pod recreated meanwhile."""
+        annotations = {pods.DEVICES_ANNOTATION: pods.format_devices(devices)} if devices else None
+        try:
+            binding.bind(self.core.api_client, namespace=args.namespace, name=args.pod_name, uid=args.uid,
+                         node=args.node, annotations=annotations)
+        except ApiException as err:
+            if err.status == 409 and self._bound_there(args):
+                return  # bound to this node already (a retried bind): done
+            raise BindError(f"binding {args.key} to {args.node}: {_brief(err)}") from err
+        except (HTTPError, OSError) as err:
+            raise BindError(f"binding {args.key} to {args.node}: {_brief(err)}") from err
+
+    def _bound_there(self, args: BindingArgs) -> bool:
+        try:
+            pod = self._read_pod(args)
+        except BindError:
+            return False
+        return bool((pod.get("metadata") or {}).get("uid") == args.uid
+                    and (pod.get("spec") or {}).get("nodeName") == args.node)
+
+
+def _brief(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        try:
+            message = json.loads(err.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return f"HTTP {err.status} {message or err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What `gpu-scheduler extender` passes to the app; exactly one configuration source."""
+
+    config_file: Path | None = None  # config.yaml or a ConfigMap volume's file, watched
+    config_map: tuple[str, str] | None = None  # (namespace, name), watched through the API
+    kubeconfig: str | None = None  # else in-cluster, else $KUBECONFIG / ~/.kube/config
+
+
+class _Runtime:
+    """The extender, built (and its watches started) when the first valid configuration arrives."""
+
+    def __init__(self, core: Any):
+        self.core = core
+        self.extender: Extender | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> Extender | None:
+        return self.extender
+
+    def configure(self, settings: config.Config) -> None:
+        with self._lock:
+            if self.extender is None:
+                self.extender = Extender(settings, core=self.core).start()
+            else:
+                self.extender.configure(settings)
+
+
+def create_app(settings: Settings) -> Flask:
+    """The app of the one gunicorn worker: configuration source, watches, routes."""
+    if (settings.config_file is None) == (settings.config_map is None):
+        raise ValueError("exactly one of config_file and config_map must be given")
+    from gpu_scheduler import kubeclient
+
+    core = client.CoreV1Api(kubeclient.api_client(settings.kubeconfig))
+    runtime = _Runtime(core)
+    holder = sources.ConfigHolder(on_change=runtime.configure)
+    if settings.config_map is not None:
+        sources.ConfigMapSource(core, settings.config_map[0], settings.config_map[1], holder).start()
+    else:
+        assert settings.config_file is not None
+        sources.FileSource(settings.config_file, holder).start()
+    return build_app(runtime.current)
+
+
+def build_app(current: Callable[[], Extender | None]) -> Flask:
+    """Routes over whatever extender `current()` returns (None: not configured yet)."""
+    app = Flask("gpu-scheduler-extender")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    def serve(verb: str, parse: Callable[[object], Any],
+              answer: Callable[[Extender, Any], tuple[Any, str]]) -> Any:
+        started = time.perf_counter()
+        try:
+            args = parse(json.loads(request.get_data(cache=False)))
+        except RequestError as err:
+            REQUESTS.labels(verb, "invalid").inc()
+            return _error(400, str(err))
+        except (ValueError, RecursionError) as err:
+            REQUESTS.labels(verb, "invalid").inc()
+            return _error(400, f"body: not valid JSON ({err})")
+        extender = current()
+        if extender is None or not extender.synced:
+            REQUESTS.labels(verb, "not_ready").inc()
+            message = ("gpu-scheduler extender: no valid configuration loaded yet" if extender is None
+                       else "gpu-scheduler extender: nodes and pods not listed from the API yet")
+            if verb == "prioritize":  # HostPriorityList has no Error field; kube-scheduler ignores this
+                return _error(503, message)
+            if verb == "bind":
+                return jsonify(Error=message)
+            return jsonify(Nodes=None, NodeNames=None, FailedNodes={}, FailedAndUnresolvableNodes={}, Error=message)
+        try:
+            result, outcome = answer(extender, args)
+        except Exception as err:  # a bug: say so with a 500, never an empty answer
+            log.exception("/%s failed", verb)
+            REQUESTS.labels(verb, "error").inc()
+            return _error(500, f"internal error in /{verb}: {type(err).__name__}: {err}")
+        REQUESTS.labels(verb, outcome).inc()
+        LATENCY.labels(verb).observe(time.perf_counter() - started)
+        return jsonify(result)
+
+    @app.post("/filter")
+    def filter_nodes() -> Any:
+        return serve("filter", parse_candidates, lambda extender, args: (extender.filter(args), "ok"))
+
+    @app.post("/prioritize")
+    def prioritize() -> Any:
+        return serve("prioritize", parse_candidates, lambda extender, args: (extender.prioritize(args), "ok"))
+
+    @app.post("/bind")
+    def bind() -> Any:
+        def answer(extender: Extender, args: BindingArgs) -> tuple[ExtenderBindingResult, str]:
+            result = extender.bind(args)
+            return result, "refused" if result["Error"] else "bound"
+
+        return serve("bind", parse_binding, answer)
+
+    @app.get("/healthz")
+    def healthz() -> Any:
+        return jsonify(status="ok")
+
+    @app.get("/readyz")
+    def readyz() -> Any:
+        extender = current()
+        if extender is None:
+            return _error(503, "no valid configuration loaded yet")
+        if not extender.synced:
+            return _error(503, "nodes and pods not listed from the API yet")
+        with extender.lock:
+            counts = {"nodes": extender.model.node_count, "pods": len(extender.model.assignments)}
+        return jsonify(status="ready", **counts)
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        return Response(shared_metrics.exposition(), content_type=shared_metrics.CONTENT_TYPE)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(_: HTTPException) -> Any:
+        return _error(413, f"body: larger than the {MAX_BODY_BYTES // 2**20} MiB limit")
+
+    @app.errorhandler(HTTPException)
+    def http_error(err: HTTPException) -> Any:
+        return _error(err.code or 500, err.description or err.name)
+
+    return app
+
+
+def _error(status: int, message: str) -> tuple[Response, int]:
+    return jsonify(error=message, status=status), status

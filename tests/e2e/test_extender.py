@@ -1,0 +1,254 @@
+"""`gpu-scheduler extender` behind the real kube-scheduler, configured from the shipped KubeSchedulerConfiguration.
+
+Five GPU nodes of their own label pool (3 A100, 2 L4), pods that name a GPU model in an annotation
+kube-scheduler knows nothing about: where they land, and what stays Pending and why, is the
+extender's doing. A second kube-scheduler asks the extender about every pod of its profile
+(no managedResources, full Nodes instead of names), which is how GPU-share pods reach it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests import servers
+from tests.e2e import controlplane as cp
+from tests.e2e.installing import wait_for
+from tests.e2e.scheduling import SchedulerProcess, overcommit_problems
+
+SHIPPED = Path(__file__).parents[2] / "manifests" / "scheduler" / "kube-scheduler-extender-config.yaml"
+SUFFIX = uuid.uuid4().hex[:5]
+POOL = f"ext-{SUFFIX}"
+MANAGED = f"gpu-extender-{SUFFIX}"  # profile of the kube-scheduler that runs the shipped configuration
+EVERY_POD = f"gpu-extender-all-{SUFFIX}"  # profile of the one that asks about every pod, with full Nodes
+A100_NODES = [f"ext-{SUFFIX}-a100-{i}" for i in range(3)]
+L4_NODES = [f"ext-{SUFFIX}-l4-{i}" for i in range(2)]
+GPUS = {**{name: 4 for name in A100_NODES}, **{name: 2 for name in L4_NODES}}
+DEVICES = "gpu-scheduler.io/gpu-devices"
+CONFIG = "schedulerName: gpu-scheduler\nscheduling: {nodePolicy: binpack, gpuPolicy: binpack}\n"
+
+
+@pytest.fixture(scope="module")
+def core(api: Any) -> Any:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def pool(api: Any) -> None:
+    for name in A100_NODES:
+        cp.create_gpu_node(api, name, gpus=GPUS[name], labels={"e2e-pool": POOL})
+    for name in L4_NODES:
+        cp.create_gpu_node(api, name, gpus=GPUS[name], model="NVIDIA-L4", memory_mib=24576, labels={"e2e-pool": POOL})
+
+
+@pytest.fixture(scope="module")
+def extender(plane: cp.ControlPlane, pool: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerProcess]:
+    from tests.e2e.conftest import LOG_SOURCES
+
+    work = tmp_path_factory.mktemp("extender")
+    config_file = work / "config.yaml"
+    config_file.write_text(CONFIG)
+    server = start_extender(plane.kubeconfig, config_file, work)
+    LOG_SOURCES.append(lambda: ("gpu-scheduler extender", server.logs()[-8000:]))
+    yield server
+    server.stop()
+
+
+def start_extender(kubeconfig: Path, config_file: Path, log_dir: Path) -> SchedulerProcess:
+    """`gpu-scheduler extender` on a free loopback port, once /readyz says both watches have listed."""
+    for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
+        port = servers.free_port()
+        log = log_dir / f"extender-{port}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpu_scheduler", "extender", "--config", str(config_file),
+             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=os.environ.copy(),
+        )
+        server = SchedulerProcess(process, log, port)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                status, body = request(server, "GET", "/readyz")
+                if status == 200 and body["nodes"] >= len(GPUS):
+                    return server
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.1)
+        server.stop()
+        if "Address already in use" not in server.logs():
+            raise RuntimeError(f"gpu-scheduler extender did not become ready:\n{server.logs()}")
+    raise RuntimeError("gpu-scheduler extender could not bind a free port")
+
+
+def request(server: SchedulerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+        kind = response.getheader("Content-Type") or ""
+        return response.status, json.loads(data) if kind.startswith("application/json") else data.decode()
+    finally:
+        connection.close()
+
+
+def kube_scheduler_config(port: int, profile: str, *, every_pod: bool = False) -> str:
+    """The shipped configuration, pointed at the extender on loopback and given its own profile."""
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    del shipped["clientConnection"]  # the control plane sets its own
+    shipped["profiles"] = [{"schedulerName": profile}]
+    [extender_config] = shipped["extenders"]
+    extender_config["urlPrefix"] = f"http://127.0.0.1:{port}"
+    if every_pod:
+        del extender_config["managedResources"]
+        extender_config["nodeCacheCapable"] = False
+    return yaml.safe_dump(shipped)
+
+
+@pytest.fixture(scope="module")
+def managed(plane: cp.ControlPlane, extender: SchedulerProcess) -> Iterator[str]:
+    scheduler = plane.start_scheduler(kube_scheduler_config(extender.port, MANAGED))
+    yield MANAGED
+    scheduler.stop()
+
+
+@pytest.fixture(scope="module")
+def every_pod(plane: cp.ControlPlane, extender: SchedulerProcess) -> Iterator[str]:
+    scheduler = plane.start_scheduler(kube_scheduler_config(extender.port, EVERY_POD, every_pod=True))
+    yield EVERY_POD
+    scheduler.stop()
+
+
+@pytest.fixture(scope="module")
+def namespace(core: Any) -> str:
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POOL}})
+    return POOL
+
+
+def gpu_pod(name: str, scheduler: str, *, gpus: int = 1, milli: int | None = None,
+            model: str | None = None) -> dict[str, Any]:
+    annotations = {"gpu.nvidia.com/model": model} if model else {}
+    limits = {}
+    if milli:
+        annotations["gpu-scheduler.io/gpu-milli"] = str(milli)
+    else:
+        limits["nvidia.com/gpu"] = str(gpus)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations}, "spec": {
+        "schedulerName": scheduler, "nodeSelector": {"e2e-pool": POOL},
+        "containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"}, "limits": limits}}]}}
+
+
+def create(core: Any, namespace: str, bodies: list[dict[str, Any]]) -> None:
+    for body in bodies:
+        core.create_namespaced_pod(namespace, body)
+
+
+def pods_by_name(core: Any, namespace: str, names: set[str]) -> dict[str, Any]:
+    return {p.metadata.name: p for p in core.list_namespaced_pod(namespace).items if p.metadata.name in names}
+
+
+def unschedulable_because(core: Any, namespace: str, name: str, reason: str) -> str | None:
+    """The PodScheduled=False message, once it gives `reason` and a FailedScheduling event says so too."""
+    pod = core.read_namespaced_pod(name, namespace)
+    condition = {c.type: c for c in pod.status.conditions or []}.get("PodScheduled")
+    if pod.spec.node_name or condition is None or condition.reason != "Unschedulable" or reason not in condition.message:
+        return None
+    events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    if not any(e.reason == "FailedScheduling" and reason in (e.message or "") for e in events):
+        return None
+    return str(condition.message)
+
+
+def devices(pod: Any) -> list[dict[str, int]]:
+    return json.loads((pod.metadata.annotations or {})[DEVICES])
+
+
+def test_kube_scheduler_places_gpu_pods_only_where_the_extender_lets_it(core, namespace, managed):
+    bodies = ([gpu_pod(f"a100-{i}", managed, model="A100") for i in range(4)]
+              + [gpu_pod(f"a100-pair-{i}", managed, gpus=2, model="A100") for i in range(2)]
+              + [gpu_pod(f"l4-{i}", managed, model="L4") for i in range(2)]
+              + [gpu_pod("h100", managed, model="H100")])
+    create(core, namespace, bodies)
+    placeable = {b["metadata"]["name"] for b in bodies} - {"h100"}
+
+    wait_for(lambda: all(p.spec.node_name for p in pods_by_name(core, namespace, placeable).values()),
+             "kube-scheduler to bind every placeable pod through the extender", timeout=60)
+    for name, pod in pods_by_name(core, namespace, placeable).items():
+        assert pod.spec.node_name in (L4_NODES if name.startswith("l4") else A100_NODES), (name, pod.spec.node_name)
+        gpus = 2 if "pair" in name else 1
+        assert [d["milli"] for d in devices(pod)] == [1000] * gpus
+        assert all(d["index"] < GPUS[pod.spec.node_name] for d in devices(pod))
+    assert overcommit_problems(core) == []
+
+    message = wait_for(lambda: unschedulable_because(core, namespace, "h100", "GPU model mismatch (want H100)"),
+                       "the H100 pod to be reported unschedulable with the extender's reason", timeout=60)
+    # Nodes already full fail kube-scheduler's own filters first; every node left is ours to refuse.
+    assert message.startswith("0/") and "GPU model mismatch (want H100)" in message
+
+
+def test_gpu_shares_get_devices_and_whole_gpus_never_land_on_a_shared_gpu(core, namespace, managed, every_pod):
+    shares = ([gpu_pod(f"share-a100-{i}", every_pod, milli=500, model="A100") for i in range(6)]
+              + [gpu_pod(f"share-l4-{i}", every_pod, milli=250, model="L4") for i in range(2)])
+    create(core, namespace, shares)
+    names = {b["metadata"]["name"] for b in shares}
+    wait_for(lambda: all(p.spec.node_name for p in pods_by_name(core, namespace, names).values()),
+             "the every-pod kube-scheduler to bind the GPU shares through the extender", timeout=60)
+    for name, pod in pods_by_name(core, namespace, names).items():
+        assert pod.spec.node_name in (L4_NODES if "l4" in name else A100_NODES), (name, pod.spec.node_name)
+        [device] = devices(pod)
+        assert device["milli"] == (250 if "l4" in name else 500)
+    assert overcommit_problems(core) == []
+
+    # kube-scheduler counts only whole nvidia.com/gpu: it sees the GPUs the shares occupy as free.
+    touched = {(p.spec.node_name, d["index"]) for p in core.list_namespaced_pod(namespace).items
+               if p.spec.node_name in A100_NODES for d in devices(p)}
+    idle = sum(GPUS[name] for name in A100_NODES) - len(touched)
+    assert idle >= 0
+    whole = [gpu_pod(f"fill-{i}", managed, model="A100") for i in range(idle + 1)]
+    create(core, namespace, whole)
+    filled = {b["metadata"]["name"] for b in whole}
+
+    def settled() -> str | None:
+        found = pods_by_name(core, namespace, filled)
+        waiting = [name for name, pod in found.items() if not pod.spec.node_name]
+        if len(waiting) != 1:
+            return None
+        return unschedulable_because(core, namespace, waiting[0], "idle GPU(s) (the rest are shared)")
+
+    message = wait_for(settled, f"{idle} whole-GPU pods bound and one refused for want of an idle GPU", timeout=90)
+    assert "node(s) had fewer than 1 idle GPU(s) (the rest are shared)" in message
+    assert overcommit_problems(core) == []
+
+
+def test_the_served_extender_refuses_malformed_calls_and_counts_every_call(extender):
+    status, body = request(extender, "POST", "/filter", b'{"NodeNames": ["x"]}')
+    assert (status, body) == (400, {"error": "Pod: missing", "status": 400})
+    status, body = request(extender, "POST", "/bind", b"[")
+    assert status == 400 and body["error"].startswith("body: not valid JSON")
+    pod = gpu_pod("probe", MANAGED, model="L4")
+    pod["metadata"].update(namespace="default", uid="probe-uid")
+    asked = A100_NODES + L4_NODES
+    status, body = request(extender, "POST", "/filter", json.dumps({"Pod": pod, "NodeNames": asked}).encode())
+    assert status == 200 and body["Error"] == "" and set(body["NodeNames"]) <= set(L4_NODES)
+    assert {name: body["FailedNodes"][name] for name in A100_NODES} == dict.fromkeys(
+        A100_NODES, "GPU model mismatch (want L4)")
+    status, text = request(extender, "GET", "/metrics")
+    assert status == 200
+    for series in ('gpu_scheduler_extender_requests_total{outcome="invalid",verb="filter"} 1.0',
+                   'gpu_scheduler_extender_requests_total{outcome="invalid",verb="bind"} 1.0',
+                   'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}',
+                   'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}'):
+        assert series in text, series

@@ -1,0 +1,445 @@
+"""The kube-scheduler extender over a model filled directly: extender/v1 JSON in and out.
+
+The API is a small fake here (what bind writes, with the apiserver's conflict rules); the
+real apiserver and kube-scheduler are in tests/e2e/test_extender.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from scheduler_core import extender, pods
+from tests.unit.builders import node, pod
+from webhook import config
+
+SHIPPED = Path(__file__).parents[2] / "manifests" / "scheduler" / "kube-scheduler-extender-config.yaml"
+INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
+DEVICES = "gpu-scheduler.io/gpu-devices"
+
+
+def gpu_pod(name: str, **kwargs: Any) -> dict[str, Any]:
+    obj = pod(name, **kwargs)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    obj["spec"]["schedulerName"] = "default-scheduler"
+    return obj
+
+
+class Reply:
+    """A raw reply (urllib3's HTTPResponse, as `_preload_content=False` and the raw binder see it)."""
+
+    def __init__(self, body: Any, status: int = 200, reason: str = "OK"):
+        self.data = json.dumps(body).encode()
+        self.status, self.reason = status, reason
+
+    def release_conn(self) -> None:
+        pass
+
+
+class FakeCore:
+    """The API calls /bind makes, recorded, with the apiserver's rules: a Binding must name the pod's UID,
+    finds the pod unbound (409 otherwise), and copies its annotations onto the pod. Bindings arrive as
+    raw HTTP through the client's connection pool (scheduler_core.binding), so that is faked too."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str, Any]] = []
+        self.binding_error: Reply | None = None
+        self.lock = threading.Lock()
+        self.api_client = SimpleNamespace(configuration=SimpleNamespace(host="https://apiserver", auth_settings=dict),
+                                          rest_client=SimpleNamespace(pool_manager=self))
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.pods[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Reply:
+        with self.lock:
+            self.calls.append(("read", f"{namespace}/{name}", None))
+            if (namespace, name) not in self.pods:
+                raise ApiException(status=404, reason="Not Found")
+            return Reply(self.pods[(namespace, name)])
+
+    def request(self, method: str, url: str, *, body: bytes, **_: Any) -> Reply:
+        found = re.fullmatch(r"https://apiserver/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding", url)
+        assert method == "POST" and found, (method, url)
+        namespace, name = found.groups()
+        binding = json.loads(body)
+        with self.lock:
+            self.calls.append(("bind", f"{namespace}/{name}", binding))
+            if self.binding_error is not None:
+                return self.binding_error
+            current = self.pods.get((namespace, name))
+            if current is None:
+                return Reply({"kind": "Status", "message": f'pods "{name}" not found'}, 404, "Not Found")
+            if current["spec"].get("nodeName") or binding["metadata"]["uid"] != current["metadata"]["uid"]:
+                return Reply({"kind": "Status", "message": "already assigned"}, 409, "Conflict")
+            current["spec"]["nodeName"] = binding["target"]["name"]
+            current["metadata"].setdefault("annotations", {}).update(binding["metadata"]["annotations"])
+            return Reply({"kind": "Status", "status": "Success"}, 201, "Created")
+
+
+NODES = [
+    node("a100-1", gpus=4),
+    node("a100-2", gpus=4),
+    node("l4-1", gpus=2, model="NVIDIA-L4", memory_mib=24576),
+]
+
+
+def make(*node_objects: dict[str, Any], settings: config.Config | None = None,
+         bound: tuple[dict[str, Any], ...] = ()) -> tuple[extender.Extender, FakeCore, Any]:
+    core = FakeCore()
+    ext = extender.Extender(settings or config.Config(), core=core)
+    ext.replace_nodes(list(node_objects or NODES))
+    ext.replace_pods(list(bound))
+    return ext, core, extender.build_app(lambda: ext).test_client()
+
+
+def post(client: Any, verb: str, body: Any) -> Any:
+    response = client.post(f"/{verb}", data=body if isinstance(body, bytes) else json.dumps(body),
+                           content_type="application/json")
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()
+
+
+def filter_names(client: Any, pod_obj: dict[str, Any], names: list[str]) -> Any:
+    return post(client, "filter", {"Pod": pod_obj, "Nodes": None, "NodeNames": names})
+
+
+def binding(pod_obj: dict[str, Any], node_name: str) -> dict[str, str]:
+    metadata = pod_obj["metadata"]
+    return {"PodName": metadata["name"], "PodNamespace": metadata["namespace"], "PodUID": metadata["uid"],
+            "Node": node_name}
+
+
+def bind(client: Any, core: FakeCore, pod_obj: dict[str, Any], node_name: str) -> str:
+    core.add(pod_obj)
+    return str(post(client, "bind", binding(pod_obj, node_name))["Error"])
+
+
+def devices_of(core: FakeCore, pod_obj: dict[str, Any]) -> list[dict[str, int]]:
+    return json.loads(core.pods[("ns", pod_obj["metadata"]["name"])]["metadata"]["annotations"][DEVICES])
+
+
+# --- filter -----------------------------------------------------------------------------------------
+
+
+def test_filter_with_node_names_answers_names_from_the_input_and_why_the_others_failed():
+    _, _, client = make()
+    result = filter_names(client, gpu_pod("p", gpus=1, model="A100"), ["a100-1", "l4-1", "ghost", "a100-2"])
+    assert result == {
+        "Nodes": None,
+        "NodeNames": ["a100-1", "a100-2"],
+        "FailedNodes": {"l4-1": "GPU model mismatch (want A100)", "ghost": "node not in the extender's cache yet"},
+        "FailedAndUnresolvableNodes": {"l4-1": "GPU model mismatch (want A100)",
+                                       "ghost": "node not in the extender's cache yet"},
+        "Error": "",
+    }
+
+
+def test_filter_with_full_nodes_answers_the_passing_node_objects_themselves():
+    _, _, client = make()
+    node_list = {"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": "7"}, "items": NODES}
+    result = post(client, "filter", {"Pod": gpu_pod("p", gpus=2, model="L4"), "Nodes": node_list})
+    assert result["NodeNames"] is None
+    assert result["Nodes"] == {**node_list, "items": [NODES[2]]}
+    assert result["FailedNodes"] == {"a100-1": "GPU model mismatch (want L4)", "a100-2": "GPU model mismatch (want L4)"}
+
+
+def test_filter_of_an_empty_node_list_as_go_encodes_it():
+    _, _, client = make()
+    result = post(client, "filter", {"Pod": gpu_pod("p", gpus=1), "Nodes": {"metadata": {}, "items": None}})
+    assert result["Nodes"]["items"] == [] and result["FailedNodes"] == {} and result["Error"] == ""
+
+
+@pytest.mark.parametrize(
+    ("node_obj", "bound", "pod_obj", "reason", "preemption_may_help"),
+    [
+        (node("n", gpus=1), (), gpu_pod("p", gpus=2), "Insufficient nvidia.com/gpu", True),
+        (node("n", cpu="2", memory="1Gi"), (), gpu_pod("p", gpus=1, cpu="4", mem="2Gi"),
+         "Insufficient cpu, Insufficient memory", True),
+        (node("n", taints=INFRA), (), gpu_pod("p", gpus=1), "node(s) had untolerated taint {dedicated: infra}", False),
+        (node("n", taints=INFRA, unschedulable=True), (), gpu_pod("p", gpus=1), "node(s) were unschedulable", False),
+        (node("n", gpus=1, model="NVIDIA-L4"), (), gpu_pod("p", gpus=2, model="A100"),
+         "GPU model mismatch (want A100)", False),
+        (node("n"), (), gpu_pod("p", gpus=1, memory_mib=81920),
+         "GPU memory too small (want >= 81920 MiB per GPU)", False),
+        (node("n", gpus=0), (), gpu_pod("p", milli=300), "node(s) had no GPUs", False),
+        (node("n", gpus=1), (gpu_pod("q", milli=800, node_name="n"),), gpu_pod("p", milli=300),
+         "node(s) had no GPU with 300/1000 free", True),
+        (node("n"), (), gpu_pod("p", milli=2000),
+         'annotation gpu-scheduler.io/gpu-milli: must be an integer from 1 to 999 (thousandths of one GPU), '
+         'got "2000"', False),
+    ],
+    ids=["gpus", "cpu-and-memory", "taint", "first-filter-wins", "model-before-size", "gpu-memory", "no-gpus",
+         "share", "pod-problem"],
+)
+def test_failed_nodes_carry_the_reason_of_the_first_filter_that_rejects(node_obj, bound, pod_obj, reason,
+                                                                        preemption_may_help):
+    _, _, client = make(node_obj, bound=bound)
+    result = filter_names(client, pod_obj, ["n"])
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"] == {"n": reason}
+    assert result["FailedAndUnresolvableNodes"] == ({} if preemption_may_help else {"n": reason})
+
+
+# --- prioritize -------------------------------------------------------------------------------------
+
+
+def scores(client: Any, pod_obj: dict[str, Any], names: list[str]) -> dict[str, int]:
+    answer = post(client, "prioritize", {"Pod": pod_obj, "NodeNames": names})
+    assert [entry["Host"] for entry in answer] == names
+    assert all(isinstance(e["Score"], int) and 0 <= e["Score"] <= extender.MAX_PRIORITY for e in answer)
+    return {entry["Host"]: entry["Score"] for entry in answer}
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("binpack", {"a100-1": 0, "a100-2": 10, "l4-1": 0, "ghost": 0}),
+    ("spread", {"a100-1": 10, "a100-2": 0, "l4-1": 0, "ghost": 0}),
+])
+def test_prioritize_scores_0_to_10_following_the_node_policy(policy, expected):
+    busy = gpu_pod("busy", gpus=3, node_name="a100-2")
+    settings = config.Config(scheduling=config.Scheduling(node_policy=policy))
+    _, _, client = make(settings=settings, bound=(busy,))
+    assert scores(client, gpu_pod("p", gpus=1, model="A100"), ["a100-1", "a100-2", "l4-1", "ghost"]) == expected
+
+
+def test_prioritize_ranks_three_candidates_in_the_cores_order():
+    _, _, client = make(node("n1", gpus=8), node("n2", gpus=8), node("n3", gpus=8),
+                        bound=(gpu_pod("a", gpus=2, node_name="n2"), gpu_pod("b", gpus=6, node_name="n3")))
+    result = scores(client, gpu_pod("p", gpus=1), ["n1", "n2", "n3"])
+    assert result["n3"] == 10 and result["n1"] == 0 and 0 < result["n2"] < 10
+
+
+def test_prioritize_gives_equal_candidates_the_same_score():
+    _, _, client = make()
+    assert scores(client, gpu_pod("p", gpus=1, model="A100"), ["a100-1", "a100-2"]) == {"a100-1": 10, "a100-2": 10}
+
+
+# --- bind -------------------------------------------------------------------------------------------
+
+
+def test_bind_records_the_devices_then_binds_and_never_gives_a_gpu_twice():
+    ext, core, client = make()
+    first, second, third = (gpu_pod(name, gpus=2) for name in ("p1", "p2", "p3"))
+    filter_names(client, first, ["a100-1"])  # kube-scheduler filters before it binds
+    assert bind(client, core, first, "a100-1") == ""
+    assert [call[0] for call in core.calls] == ["bind"]  # one call; the Pod from /filter, no read
+    assert core.calls[0][2] == {
+        "apiVersion": "v1", "kind": "Binding", "target": {"apiVersion": "v1", "kind": "Node", "name": "a100-1"},
+        "metadata": {"name": "p1", "namespace": "ns", "uid": "uid-p1",
+                     "annotations": {DEVICES: '[{"index":0,"milli":1000},{"index":1,"milli":1000}]'}}}
+    assert core.pods[("ns", "p1")]["spec"]["nodeName"] == "a100-1"
+    assert bind(client, core, second, "a100-1") == ""
+    assert devices_of(core, second) == [{"index": 2, "milli": 1000}, {"index": 3, "milli": 1000}]
+    calls = len(core.calls)
+    error = bind(client, core, third, "a100-1")
+    assert error == "node a100-1 cannot take pod ns/p3 any more: Insufficient nvidia.com/gpu"
+    assert [call[0] for call in core.calls[calls:]] == ["read"]  # nothing written
+    assert set(ext.model.assignments) == {"ns/p1", "ns/p2"}
+
+
+def test_a_retried_bind_gets_the_same_devices_and_succeeds():
+    ext, core, client = make()
+    first = gpu_pod("p", gpus=1)
+    assert bind(client, core, gpu_pod("other", gpus=1), "a100-1") == ""
+    assert bind(client, core, first, "a100-1") == ""
+    assert post(client, "bind", binding(first, "a100-1")) == {"Error": ""}  # the API says 409: bound there
+    assert devices_of(core, first) == [{"index": 1, "milli": 1000}]
+    assert ext.model.gpu_used[ext.model.index["a100-1"]] == 2000
+    assert post(client, "bind", binding(first, "a100-2"))["Error"] == "pod ns/p is already assigned to node a100-1"
+
+
+def test_a_failed_binding_frees_the_devices_and_says_why():
+    ext, core, client = make()
+    core.binding_error = Reply({"kind": "Status", "message": "etcdserver: request timed out"}, 500,
+                               "Internal Server Error")
+    first = gpu_pod("p", gpus=4)
+    assert bind(client, core, first, "a100-1") == "binding ns/p to a100-1: HTTP 500 etcdserver: request timed out"
+    assert DEVICES not in core.pods[("ns", "p")]["metadata"]["annotations"]
+    assert ext.model.assignments == {} and ext.model.gpu_used[ext.model.index["a100-1"]] == 0
+    core.binding_error = None
+    assert bind(client, core, first, "a100-1") == ""
+    assert devices_of(core, first) == [{"index": i, "milli": 1000} for i in range(4)]
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ({"PodUID": "uid-old"}, "pod ns/p with UID uid-old no longer exists (found ns/p with UID uid-p)"),
+    ({"PodName": "missing"}, "cannot read pod ns/missing: HTTP 404 Not Found"),
+    ({"Node": "ghost"}, "node ghost: node not in the extender's cache yet"),
+])
+def test_bind_refuses_what_it_cannot_do_without_writing(args, error):
+    _, core, client = make()
+    core.add(gpu_pod("p", gpus=1))
+    assert post(client, "bind", {**binding(gpu_pod("p", gpus=1), "a100-1"), **args}) == {"Error": error}
+    assert [call[0] for call in core.calls if call[0] != "read"] == []  # no Binding
+
+
+def test_concurrent_binds_to_one_node_take_exactly_its_gpus():
+    ext, core, client = make(node("n", gpus=4))
+    candidates = [gpu_pod(f"p{i}", gpus=1) for i in range(12)]
+    for obj in candidates:
+        core.add(obj)
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        errors = list(pool.map(lambda obj: post(client, "bind", binding(obj, "n"))["Error"], candidates))
+    assert errors.count("") == 4
+    given = sorted(devices_of(core, obj)[0]["index"] for obj, error in zip(candidates, errors) if not error)
+    assert given == [0, 1, 2, 3]
+
+
+def test_gpu_shares_pack_onto_one_gpu_and_never_overcommit():
+    _, core, client = make(node("n", gpus=2))
+    placed = {}
+    for name, milli in (("s600", 600), ("s300", 300), ("s500", 500), ("s400", 400)):
+        share = gpu_pod(name, milli=milli)
+        assert filter_names(client, share, ["n"])["NodeNames"] == ["n"]
+        assert bind(client, core, share, "n") == ""
+        placed[name] = devices_of(core, share)
+    assert placed == {"s600": [{"index": 0, "milli": 600}], "s300": [{"index": 0, "milli": 300}],
+                      "s500": [{"index": 1, "milli": 500}], "s400": [{"index": 1, "milli": 400}]}
+    last = gpu_pod("s200", milli=200)
+    assert filter_names(client, last, ["n"])["FailedNodes"] == {"n": "node(s) had no GPU with 200/1000 free"}
+    assert bind(client, core, last, "n") == "node n cannot take pod ns/s200 any more: node(s) had no GPU with 200/1000 free"
+
+
+# --- the model, from watch events -------------------------------------------------------------------
+
+
+def test_bound_pods_keep_their_recorded_devices_and_pods_seen_before_their_node_count():
+    early = gpu_pod("early", gpus=1, node_name="late-node", annotations={DEVICES: '[{"index":1,"milli":1000}]'})
+    ext, core, client = make(node("n", gpus=2), bound=(
+        gpu_pod("q", gpus=1, node_name="n", annotations={DEVICES: '[{"index":0,"milli":1000}]'}), early))
+    first = gpu_pod("p", gpus=1)
+    assert bind(client, core, first, "n") == ""
+    assert devices_of(core, first) == [{"index": 1, "milli": 1000}]
+    ext.node_event("ADDED", node("late-node", gpus=2))
+    assert ext.model.assignments["ns/early"].devices == (pods.Device(1, 1000),)
+
+
+def test_a_stale_pending_event_after_bind_keeps_the_gpus_and_deletion_frees_them():
+    ext, core, client = make(node("n", gpus=1))
+    first = gpu_pod("p", gpus=1)
+    assert bind(client, core, first, "n") == ""
+    ext.pod_event("MODIFIED", first)  # from before the binding
+    assert "ns/p" in ext.model.assignments and ext.assumed == {"ns/p": "n"}
+    ext.pod_event("MODIFIED", core.pods[("ns", "p")])  # the binding, as the watch shows it
+    assert ext.assumed == {} and ext.model.assignments["ns/p"].devices == (pods.Device(0, 1000),)
+    second = gpu_pod("q", gpus=1)
+    assert bind(client, core, second, "n").endswith("Insufficient nvidia.com/gpu")
+    ext.pod_event("DELETED", core.pods[("ns", "p")])
+    assert bind(client, core, second, "n") == ""
+
+
+def test_a_relist_forgets_pods_that_are_gone():
+    ext, _, _ = make(node("n", gpus=2), bound=(gpu_pod("q", gpus=2, node_name="n"),))
+    assert ext.model.gpu_used[ext.model.index["n"]] == 2000
+    ext.replace_pods([])
+    assert ext.model.assignments == {} and ext.model.gpu_used[ext.model.index["n"]] == 0
+
+
+# --- malformed requests, not ready, bugs ----------------------------------------------------------
+
+
+GOOD_POD = gpu_pod("p", gpus=1)
+
+
+@pytest.mark.parametrize(("verb", "body", "message"), [
+    ("filter", b"{not json", "body: not valid JSON (Expecting property name enclosed in double quotes: "
+                             "line 1 column 2 (char 1))"),
+    ("filter", b"\xff", "body: not valid JSON ('utf-8' codec can't decode byte 0xff in position 0: "
+                        "invalid start byte)"),
+    ("filter", [], "body: must be a JSON object (ExtenderArgs), got []"),
+    ("filter", {"NodeNames": ["a"]}, "Pod: missing"),
+    ("filter", {"Pod": "p", "NodeNames": []}, 'Pod: must be an object (a v1 Pod), got "p"'),
+    ("filter", {"Pod": {"spec": {}}, "NodeNames": []}, "Pod.metadata: must be an object, got null"),
+    ("filter", {"Pod": {"metadata": {"name": "p"}, "spec": {}}, "NodeNames": []},
+     "Pod.metadata.uid: must be a non-empty string, got null"),
+    ("filter", {"Pod": {"metadata": {"name": "p", "uid": "u"}, "spec": []}, "NodeNames": []},
+     "Pod.spec: must be an object, got []"),
+    ("filter", {"Pod": GOOD_POD}, "NodeNames, Nodes: one must be given (NodeNames when nodeCacheCapable is true)"),
+    ("filter", {"Pod": GOOD_POD, "NodeNames": [], "Nodes": {"items": []}}, "NodeNames, Nodes: only one may be given"),
+    ("filter", {"Pod": GOOD_POD, "NodeNames": "a100-1"}, 'NodeNames: must be a list of node names, got "a100-1"'),
+    ("filter", {"Pod": GOOD_POD, "NodeNames": ["a100-1", 3]}, "NodeNames[1]: must be a non-empty string, got 3"),
+    ("filter", {"Pod": GOOD_POD, "Nodes": ["a100-1"]}, 'Nodes: must be an object (a v1 NodeList), got ["a100-1"]'),
+    ("filter", {"Pod": GOOD_POD, "Nodes": {"items": {}}}, "Nodes.items: must be a list, got {}"),
+    ("filter", {"Pod": GOOD_POD, "Nodes": {"items": [{"metadata": {}}]}},
+     "Nodes.items[0].metadata.name: must be a non-empty string, got null"),
+    ("prioritize", {"NodeNames": []}, "Pod: missing"),
+    ("prioritize", {"Pod": GOOD_POD, "NodeNames": [None]}, "NodeNames[0]: must be a non-empty string, got null"),
+    ("bind", [], "body: must be a JSON object (ExtenderBindingArgs), got []"),
+    ("bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}, "Node: must be a non-empty string, got nothing"),
+    ("bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": 5, "Node": "n"},
+     "PodUID: must be a non-empty string, got 5"),
+])
+def test_a_malformed_request_is_a_400_that_names_the_field(verb, body, message):
+    _, core, client = make()
+    response = client.post(f"/{verb}", data=body if isinstance(body, bytes) else json.dumps(body),
+                           content_type="application/json")
+    assert (response.status_code, response.get_json()) == (400, {"error": message, "status": 400})
+    assert core.calls == []
+
+
+def test_a_bug_is_a_500_with_a_message_never_an_empty_answer(monkeypatch):
+    ext, _, client = make()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ext.framework, "evaluate", broken)
+    response = client.post("/filter", json={"Pod": GOOD_POD, "NodeNames": ["a100-1"]})
+    assert (response.status_code, response.get_json()) == (
+        500, {"error": "internal error in /filter: RuntimeError: boom", "status": 500})
+
+
+class Unsynced:
+    synced = threading.Event()
+
+
+def test_until_the_watches_have_listed_every_verb_answers_with_an_error_and_readyz_is_503():
+    ext, _, client = make()
+    ext._reflectors = [Unsynced()]
+    message = "gpu-scheduler extender: nodes and pods not listed from the API yet"
+    assert post(client, "filter", {"Pod": GOOD_POD, "NodeNames": ["a100-1"]})["Error"] == message
+    assert post(client, "bind", binding(GOOD_POD, "a100-1")) == {"Error": message}
+    assert client.post("/prioritize", json={"Pod": GOOD_POD, "NodeNames": ["a100-1"]}).status_code == 503
+    assert client.get("/readyz").status_code == 503
+    unconfigured = extender.build_app(lambda: None).test_client()
+    assert unconfigured.get("/readyz").get_json()["error"] == "no valid configuration loaded yet"
+
+
+def test_health_readiness_and_metrics():
+    _, _, client = make(bound=(gpu_pod("q", gpus=1, node_name="a100-1"),))
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/readyz").get_json() == {"status": "ready", "nodes": 3, "pods": 1}
+    filter_names(client, GOOD_POD, ["a100-1"])
+    client.post("/filter", data=b"[")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}' in text
+    assert 'gpu_scheduler_extender_requests_total{outcome="invalid",verb="filter"}' in text
+    assert 'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}' in text
+    assert client.get("/nope").status_code == 404 and client.get("/filter").status_code == 405
+
+
+# --- the shipped KubeSchedulerConfiguration --------------------------------------------------------
+
+
+def test_the_shipped_kube_scheduler_configuration_uses_every_verb_we_serve():
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    assert (shipped["apiVersion"], shipped["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
+    assert [p["schedulerName"] for p in shipped["profiles"]] == ["default-scheduler"]
+    [ext] = shipped["extenders"]  # only one extender may bind
+    assert ext["urlPrefix"] == "http://gpu-scheduler-extender.gpu-scheduler.svc:8888"
+    assert ext["weight"] > 0  # a prioritize verb needs weight > 0
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["enableHTTPS"] is False
+    assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    routes = {rule.rule for rule in extender.build_app(lambda: None).url_map.iter_rules()}
+    assert {f"/{ext[verb]}" for verb in ("filterVerb", "prioritizeVerb", "bindVerb")} <= routes
