@@ -129,7 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     extender.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
     extender.add_argument("--port", type=int, default=8888)
     extender.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    extender.add_argument("--threads", type=int, default=8, help="request threads of the one worker (default 8)")
+    extender.add_argument("--threads", type=int, default=32,
+                          help="request threads of the one worker (default 32: binds wait on the API)")
     extender.add_argument("--cert", metavar="FILE", help="TLS certificate (PEM), for enableHTTPS: true")
     extender.add_argument("--key", metavar="FILE", help="TLS private key (PEM), with --cert")
     extender.add_argument("--access-log", action="store_true", help="log every request")
