@@ -42,6 +42,17 @@ fail() {
     printf 'control-plane.sh: FAILED in step "%s": %s\n' "$STEP" "$*" >&2
     exit 1
 }
+# Put DIR/go.mod.new in force as DIR/go.mod, starting from a fresh go.sum whenever the
+# requested versions changed (go.mod.gen remembers what was generated last time).
+install_go_mod() {
+    local dir=$1
+    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
+        cp "$dir/go.mod.new" "$dir/go.mod"
+        cp "$dir/go.mod.new" "$dir/go.mod.gen"
+        rm -f "$dir/go.sum"
+    fi
+    rm -f "$dir/go.mod.new"
+}
 on_error() {
     local rc=$?
     printf 'control-plane.sh: FAILED in step "%s" (exit %s) at line %s: %s\n' \
@@ -153,13 +164,7 @@ build_kubernetes() {
         done <<<"$staging"
         echo ")"
     } >"$dir/go.mod.new"
-    # Start from a fresh go.mod/go.sum whenever the requested versions change.
-    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
-        cp "$dir/go.mod.new" "$dir/go.mod"
-        cp "$dir/go.mod.new" "$dir/go.mod.gen"
-        rm -f "$dir/go.sum"
-    fi
-    rm -f "$dir/go.mod.new"
+    install_go_mod "$dir"
     log "$(wc -l <<<"$staging") staging modules replaced with $STAGING_VERSION"
     ensure_toolchain "$go_line"
 
@@ -200,12 +205,7 @@ build_etcd() {
         echo
         echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
     } >"$dir/go.mod.new"
-    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
-        cp "$dir/go.mod.new" "$dir/go.mod"
-        cp "$dir/go.mod.new" "$dir/go.mod.gen"
-        rm -f "$dir/go.sum"
-    fi
-    rm -f "$dir/go.mod.new"
+    install_go_mod "$dir"
     ensure_toolchain "$go_line"
     cd "$dir"
     step "resolve dependencies of go.etcd.io/etcd/server/v3@$ETCD_VERSION"

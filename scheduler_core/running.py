@@ -224,8 +224,7 @@ class LiveScheduler:
         if spec.get("schedulerName") == self.settings.scheduler_name and not obj["metadata"].get("deletionTimestamp"):
             self.pending[key] = obj
             self.queued_at.setdefault(key, time.monotonic())
-            if key not in self.assumed:
-                self.queue.add(key, int(spec.get("priority") or 0))
+            self.queue.add(key, int(spec.get("priority") or 0))
 
     def _replace_pods(self, items: list[dict[str, Any]]) -> None:
         keys = {pods.key_of(obj) for obj in items}
