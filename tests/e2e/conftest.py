@@ -106,3 +106,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for nodeid in _skipped_in_ci:
             print(f"  {nodeid}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def scheduler_kubeconfig(plane: cp.ControlPlane, installed_webhook: Any) -> Any:
+    """Credentials of the scheduler's service account with the shipped RBAC applied: the e2e tests run
+    `gpu-scheduler run` with exactly the permissions an installation gives it."""
+    from tests.e2e import installing
+
+    installing.kubectl(plane, "apply", "-f", str(installing.MANIFESTS / "scheduler" / "rbac.yaml"))
+    return plane.kubeconfig_for(
+        f"system:serviceaccount:{WEBHOOK_NAMESPACE}:gpu-scheduler",
+        ["system:serviceaccounts", f"system:serviceaccounts:{WEBHOOK_NAMESPACE}", "system:authenticated"],
+    )

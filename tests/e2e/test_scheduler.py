@@ -33,10 +33,10 @@ def cluster_nodes(api: Any, installed_webhook: Any) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scheduler(plane: cp.ControlPlane, cluster_nodes: list[str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+def scheduler(scheduler_kubeconfig: Any, cluster_nodes: list[str], tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.e2e.conftest import LOG_SOURCES
 
-    process = start_scheduler(plane.kubeconfig, tmp_path_factory.mktemp("scheduler"),
+    process = start_scheduler(scheduler_kubeconfig, tmp_path_factory.mktemp("scheduler"),
                               "--config-map", "gpu-scheduler/gpu-scheduler-config")
     LOG_SOURCES.append(lambda: ("gpu-scheduler run", process.logs()[-8000:]))
     yield process
