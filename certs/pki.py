@@ -22,7 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 Usage = Literal["server", "client", "both"]
 
-_CLOCK_SKEW = datetime.timedelta(minutes=5)
+CLOCK_SKEW = datetime.timedelta(minutes=5)  # certificates start this much before their issue time
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def new_ca(
     """A self-signed CA that may sign leaf certificates only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    start = (now or datetime.datetime.now(datetime.timezone.utc)) - _CLOCK_SKEW
+    start = (now or datetime.datetime.now(datetime.timezone.utc)) - CLOCK_SKEW
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -103,7 +103,7 @@ def issue(
         "client": [ExtendedKeyUsageOID.CLIENT_AUTH],
         "both": [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
     }[usage]
-    start = (now or datetime.datetime.now(datetime.timezone.utc)) - _CLOCK_SKEW
+    start = (now or datetime.datetime.now(datetime.timezone.utc)) - CLOCK_SKEW
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name(attributes))

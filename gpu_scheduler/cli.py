@@ -97,6 +97,21 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--ip", action="append", default=[], metavar="IP", help="an IP SAN (repeatable)")
     generate.add_argument("--days", type=int, default=365, help="serving certificate validity (default 365)")
     generate.set_defaults(run=_certs_generate)
+    ensure = certs_sub.add_parser(
+        "ensure",
+        help="create, reuse, renew or rotate the webhook's certificates in a Secret",
+        description="Keep a kubernetes.io/tls Secret holding a CA and a serving certificate for the Service valid, "
+                    "and the MutatingWebhookConfiguration's caBundle in step with it. Safe to run repeatedly "
+                    "(as an init container and periodically).",
+    )
+    ensure.add_argument("--secret", required=True, metavar="NS/NAME")
+    ensure.add_argument("--service", required=True, help="the webhook Service name")
+    ensure.add_argument("--service-namespace", metavar="NS", help="default: the Secret's namespace")
+    ensure.add_argument("--webhook-config", metavar="NAME", help="MutatingWebhookConfiguration whose caBundle to keep")
+    ensure.add_argument("--ip", action="append", default=[], metavar="IP", help="an IP SAN (repeatable)")
+    ensure.add_argument("--margin-days", type=int, default=30, help="renew when less is left (default 30)")
+    ensure.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
+    ensure.set_defaults(run=_certs_ensure)
 
     webhook = commands.add_parser(
         "webhook",
@@ -325,6 +340,34 @@ def _certs_generate(args: argparse.Namespace) -> int:
     files.write_serving_bundle(args.out, ca, serving)
     print(f"wrote {args.out}/ca.crt, tls.crt, tls.key; caBundle:", file=sys.stderr)
     print(pki.ca_bundle(ca.cert_pem))
+    return 0
+
+
+def _certs_ensure(args: argparse.Namespace) -> int:
+    import datetime
+
+    from kubernetes.client.exceptions import ApiException
+
+    from certs import ensuring, lifecycle
+    from gpu_scheduler import kubeclient
+
+    secret = _namespaced("--secret", args.secret)
+    service_namespace = args.service_namespace or secret[0]
+    if args.margin_days < 1:
+        raise UsageError(f"--margin-days: must be at least 1, got {args.margin_days}")
+    policy = lifecycle.Policy(dns_names=lifecycle.dns_names_for(args.service, service_namespace),
+                              ip_addresses=tuple(args.ip), margin=datetime.timedelta(days=args.margin_days))
+    try:
+        api = kubeclient.api_client(args.kubeconfig)
+        plan, updated = ensuring.ensure(api, secret=secret, policy=policy, webhook_config=args.webhook_config,
+                                        common_name=f"{args.service}.{service_namespace}.svc")
+    except kubeclient.NoCredentials as err:
+        raise UsageError(f"cannot reach a cluster: {err}") from err
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    except ApiException as err:
+        raise UsageError(f"the API refused: HTTP {err.status} {err.reason}: {err.body}") from err
+    print(f"{args.secret}: {plan.action} ({plan.reason}); caBundle updated in {updated} webhook(s)")
     return 0
 
 
