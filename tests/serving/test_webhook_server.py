@@ -322,3 +322,42 @@ def test_idle_tls_connections_do_not_stall_requests(webhook):
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_a_renewed_serving_certificate_is_used_without_a_restart(tmp_path):
+    """gunicorn builds the TLS context per connection: new connections get the renewed certificate,
+    connections already open keep working (what `certs ensure` renewing a mounted Secret relies on)."""
+    import shutil
+
+    from cryptography import x509
+
+    from certs import files, pki
+
+    certs_dir = servers.generate_certs(tmp_path / "certs")
+    volume = ConfigVolume(tmp_path / "config")
+    volume.write(CONFIG_V1)
+    server = servers.start_webhook(certs_dir, tmp_path, "--config", str(volume.file), env={"KUBECONFIG": "/nonexistent"})
+    try:
+        old_conn = server.connection()
+        server.post_review(review(uid="before"), conn=old_conn)
+        old_serial = x509.load_der_x509_certificate(old_conn.sock.getpeercert(binary_form=True)).serial_number
+
+        new_ca = pki.new_ca("renewed")  # the client below trusts only this one
+        renewed = pki.issue(new_ca, "wh", dns_names=["wh"], ip_addresses=["127.0.0.1"])
+        staging = tmp_path / "staging"
+        files.write_serving_bundle(staging, new_ca, renewed)
+        for name in ("tls.key", "tls.crt"):  # as a Secret volume update would: whole files swapped in
+            shutil.copy(staging / name, certs_dir / f".{name}.tmp")
+            os.replace(certs_dir / f".{name}.tmp", certs_dir / name)
+
+        server.post_review(review(uid="still-open"), conn=old_conn)  # the open connection keeps working
+        context = ssl.create_default_context(cafile=str(staging / "ca.crt"))
+        fresh = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
+        fresh.request("GET", "/healthz")
+        assert fresh.getresponse().status == 200
+        new_serial = x509.load_der_x509_certificate(fresh.sock.getpeercert(binary_form=True)).serial_number
+        assert new_serial == renewed.certificate.serial_number != old_serial
+        fresh.close()
+        old_conn.close()
+    finally:
+        server.stop()
