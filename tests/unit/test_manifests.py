@@ -13,6 +13,8 @@ K8S_VERSION = "1.36.0"
 # Component configuration, not API objects: a component reads them (--config), kubectl does not apply them.
 # They are loaded and checked by the tests of the component that uses them (tests/unit/test_extender.py).
 CONFIG_KINDS = {"KubeSchedulerConfiguration"}
+# Custom resources of the Prometheus Operator: no schema in kubernetes-validate; checked by shape below.
+CRD_GROUPS = ("monitoring.coreos.com/",)
 
 
 def is_config(path):
@@ -22,7 +24,8 @@ def is_config(path):
 def documents():
     for path in sorted(MANIFESTS.rglob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
-            if document and document.get("kind") not in {"Kustomization", *CONFIG_KINDS}:
+            if (document and document.get("kind") not in {"Kustomization", *CONFIG_KINDS}
+                    and not str(document.get("apiVersion", "")).startswith(CRD_GROUPS)):
                 yield pytest.param(document, id=f"{path.relative_to(MANIFESTS)}:{document['kind']}")
 
 
@@ -31,11 +34,47 @@ def test_manifest_is_valid_kubernetes(document):
     kubernetes_validate.validate(document, K8S_VERSION, strict=True)
 
 
-def test_kustomization_lists_every_manifest():
-    listed = set(yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["resources"])
+def test_kustomizations_list_every_manifest():
+    """The base and its sibling kustomizations (manifests/monitoring) together list every object file."""
+    listed = set()
+    for kustomization in MANIFESTS.rglob("kustomization.yaml"):
+        base = kustomization.parent
+        for resource in yaml.safe_load(kustomization.read_text())["resources"]:
+            listed.add(str((base / resource).relative_to(MANIFESTS)))
     files = {str(p.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("*.yaml")
              if p.name != "kustomization.yaml" and not is_config(p)}
     assert listed == files
+
+
+def test_service_monitors_select_services_that_expose_the_named_port():
+    services = [d for p in MANIFESTS.rglob("*.yaml") for d in yaml.safe_load_all(p.read_text())
+                if d and d.get("kind") == "Service"]
+    monitors = list(yaml.safe_load_all((MANIFESTS / "monitoring" / "servicemonitors.yaml").read_text()))
+    assert len(monitors) == 2
+    for monitor in monitors:
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        matching = [s for s in services if wanted.items() <= s["metadata"].get("labels", {}).items()]
+        assert matching, monitor["metadata"]["name"]
+        ports = {port["name"] for s in matching for port in s["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+
+
+def test_dashboard_queries_only_metrics_the_components_export():
+    import json
+    import re
+
+    root = MANIFESTS.parent
+    sources = "".join((root / f).read_text() for f in (
+        "webhook/metrics.py", "scheduler_core/metrics.py", "scheduler_core/running.py", "scheduler_core/extender.py"))
+    exported = set(re.findall(r'"(gpu_scheduler_[a-z_]+)"', sources))
+    configmap = yaml.safe_load((MANIFESTS / "monitoring" / "dashboard.yaml").read_text())
+    dashboard = json.loads(configmap["data"]["gpu-scheduler.json"])
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"gpu_scheduler_[a-z_]+", target["expr"])}
+    assert queried
+    for name in queried:
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert base in exported or re.sub(r"_total$", "", base) in exported, f"{name} is not exported"
 
 
 def test_shipped_configmap_holds_a_valid_config():
