@@ -1,0 +1,84 @@
+"""The shipped RBAC, checked against the real apiserver: enough for each job, nothing dangerous.
+
+Sufficiency is shown by the other e2e tests, which run the webhook and the scheduler with their
+service accounts' identities; here `certs ensure` does its job as the webhook's account, and
+`kubectl auth can-i` confirms what neither account may do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.e2e.installing import MANIFESTS, kubectl
+
+WEBHOOK = "system:serviceaccount:gpu-scheduler:gpu-scheduler-webhook"
+SCHEDULER = "system:serviceaccount:gpu-scheduler:gpu-scheduler"
+
+
+@pytest.fixture(scope="module")
+def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
+    kubectl(plane, "apply", "-f", str(MANIFESTS / "webhook" / "rbac.yaml"))
+    return plane
+
+
+def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) -> bool:
+    """`kubectl auth can-i` as the account; `pods/binding` names a subresource, `leases/x` an object."""
+    args = [verb, resource]
+    if resource.startswith("pods/"):
+        args = [verb, "pods", f"--subresource={resource.split('/', 1)[1]}"]
+    if namespace:
+        args += ["-n", namespace]
+    result = subprocess.run([str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.kubeconfig), "auth", "can-i",
+                             *args, "--as", user, "--as-group", "system:serviceaccounts"],
+                            capture_output=True, text=True, timeout=30)
+    return result.stdout.strip() == "yes"
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "namespace"),
+    [
+        (WEBHOOK, "create", "pods", "default"),
+        (WEBHOOK, "get", "secrets", "kube-system"),
+        (WEBHOOK, "list", "secrets", "gpu-scheduler"),
+        (WEBHOOK, "patch", "mutatingwebhookconfigurations/other", None),
+        (WEBHOOK, "create", "pods/binding", "default"),
+        (SCHEDULER, "get", "secrets", "gpu-scheduler"),
+        (SCHEDULER, "delete", "pods", "default"),
+        (SCHEDULER, "create", "pods", "default"),
+        (SCHEDULER, "patch", "nodes", None),
+        (SCHEDULER, "update", "leases/someone-else", "gpu-scheduler"),
+        (SCHEDULER, "*", "*", None),
+    ],
+)
+def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace):
+    assert not can(rbac, user, verb, resource, namespace)
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "namespace"),
+    [
+        (WEBHOOK, "watch", "namespaces", None),
+        (WEBHOOK, "patch", "mutatingwebhookconfigurations/gpu-scheduler", None),
+        (WEBHOOK, "update", "secrets/gpu-scheduler-webhook-tls", "gpu-scheduler"),
+        (SCHEDULER, "create", "pods/binding", "default"),
+        (SCHEDULER, "patch", "pods/status", "default"),
+        (SCHEDULER, "update", "leases/gpu-scheduler", "gpu-scheduler"),
+    ],
+)
+def test_the_permissions_each_job_needs_are_there(rbac, user, verb, resource, namespace):
+    assert can(rbac, user, verb, resource, namespace)
+
+
+def test_certs_ensure_runs_as_the_webhook_account(rbac):
+    kubeconfig = rbac.kubeconfig_for(WEBHOOK, ["system:serviceaccounts", "system:serviceaccounts:gpu-scheduler",
+                                               "system:authenticated"])
+    command = [sys.executable, "-m", "gpu_scheduler", "certs", "ensure", "--kubeconfig", str(kubeconfig),
+               "--secret", "gpu-scheduler/gpu-scheduler-webhook-tls", "--service", "gpu-scheduler-webhook"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and "reuse" in second.stdout, second.stderr
