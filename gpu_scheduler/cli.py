@@ -162,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     run_source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
     run.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
     run.add_argument("--leader-elect", action="store_true", help="schedule only while holding the leader lease")
-    run.add_argument("--lease", default="gpu-scheduler/gpu-scheduler", metavar="NS/NAME",
-                     help="the Lease used for leader election (default gpu-scheduler/gpu-scheduler)")
+    run.add_argument("--lease", default="gpu-scheduler-system/gpu-scheduler", metavar="NS/NAME",
+                     help="the Lease used for leader election (default gpu-scheduler-system/gpu-scheduler)")
     run.add_argument("--port", type=int, default=10259, help="/healthz and /metrics over HTTP (default 10259)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(run=_run)

@@ -62,7 +62,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-WEBHOOK_NAMESPACE = "gpu-scheduler"
+WEBHOOK_NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
 WEBHOOK_USER = f"system:serviceaccount:{WEBHOOK_NAMESPACE}:gpu-scheduler-webhook"
 E2E_CONFIG = """\

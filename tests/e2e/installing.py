@@ -19,7 +19,7 @@ from tests.e2e import controlplane as cp
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "manifests"
-NAMESPACE = "gpu-scheduler"
+NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
 SERVICE_ACCOUNT = "gpu-scheduler-webhook"
 WEBHOOK_CONFIGURATION = "gpu-scheduler"

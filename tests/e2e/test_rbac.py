@@ -15,8 +15,8 @@ import pytest
 
 from tests.e2e.installing import MANIFESTS, kubectl
 
-WEBHOOK = "system:serviceaccount:gpu-scheduler:gpu-scheduler-webhook"
-SCHEDULER = "system:serviceaccount:gpu-scheduler:gpu-scheduler"
+WEBHOOK = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler-webhook"
+SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +43,14 @@ def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) 
     [
         (WEBHOOK, "create", "pods", "default"),
         (WEBHOOK, "get", "secrets", "kube-system"),
-        (WEBHOOK, "list", "secrets", "gpu-scheduler"),
+        (WEBHOOK, "list", "secrets", "gpu-scheduler-system"),
         (WEBHOOK, "patch", "mutatingwebhookconfigurations/other", None),
         (WEBHOOK, "create", "pods/binding", "default"),
-        (SCHEDULER, "get", "secrets", "gpu-scheduler"),
+        (SCHEDULER, "get", "secrets", "gpu-scheduler-system"),
         (SCHEDULER, "delete", "pods", "default"),
         (SCHEDULER, "create", "pods", "default"),
         (SCHEDULER, "patch", "nodes", None),
-        (SCHEDULER, "update", "leases/someone-else", "gpu-scheduler"),
+        (SCHEDULER, "update", "leases/someone-else", "gpu-scheduler-system"),
         (SCHEDULER, "*", "*", None),
     ],
 )
@@ -63,10 +63,10 @@ def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace)
     [
         (WEBHOOK, "watch", "namespaces", None),
         (WEBHOOK, "patch", "mutatingwebhookconfigurations/gpu-scheduler", None),
-        (WEBHOOK, "update", "secrets/gpu-scheduler-webhook-tls", "gpu-scheduler"),
+        (WEBHOOK, "update", "secrets/gpu-scheduler-webhook-tls", "gpu-scheduler-system"),
         (SCHEDULER, "create", "pods/binding", "default"),
         (SCHEDULER, "patch", "pods/status", "default"),
-        (SCHEDULER, "update", "leases/gpu-scheduler", "gpu-scheduler"),
+        (SCHEDULER, "update", "leases/gpu-scheduler", "gpu-scheduler-system"),
     ],
 )
 def test_the_permissions_each_job_needs_are_there(rbac, user, verb, resource, namespace):
@@ -77,7 +77,7 @@ def test_certs_ensure_runs_as_the_webhook_account(rbac):
     kubeconfig = rbac.kubeconfig_for(WEBHOOK, ["system:serviceaccounts", "system:serviceaccounts:gpu-scheduler",
                                                "system:authenticated"])
     command = [sys.executable, "-m", "gpu_scheduler", "certs", "ensure", "--kubeconfig", str(kubeconfig),
-               "--secret", "gpu-scheduler/gpu-scheduler-webhook-tls", "--service", "gpu-scheduler-webhook"]
+               "--secret", "gpu-scheduler-system/gpu-scheduler-webhook-tls", "--service", "gpu-scheduler-webhook"]
     first = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     second = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -37,7 +37,7 @@ def scheduler(scheduler_kubeconfig: Any, cluster_nodes: list[str], tmp_path_fact
     from tests.e2e.conftest import LOG_SOURCES
 
     process = start_scheduler(scheduler_kubeconfig, tmp_path_factory.mktemp("scheduler"),
-                              "--config-map", "gpu-scheduler/gpu-scheduler-config")
+                              "--config-map", "gpu-scheduler-system/gpu-scheduler-config")
     LOG_SOURCES.append(lambda: ("gpu-scheduler run", process.logs()[-8000:]))
     yield process
     process.stop()

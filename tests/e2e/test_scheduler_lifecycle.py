@@ -62,7 +62,7 @@ def test_a_scheduler_killed_mid_run_is_replaced_without_double_binding(scheduler
     """SIGKILL while bindings are in flight; the next instance rebuilds GPU assignments from the pods alone."""
     core: Any = client.CoreV1Api(api)
     ns = new_namespace(core)
-    first = start_scheduler(scheduler_kubeconfig, tmp_path, "--config-map", "gpu-scheduler/gpu-scheduler-config",
+    first = start_scheduler(scheduler_kubeconfig, tmp_path, "--config-map", "gpu-scheduler-system/gpu-scheduler-config",
                             name="first")
     try:
         create_pods(core, ns, 100, "early")
@@ -70,7 +70,7 @@ def test_a_scheduler_killed_mid_run_is_replaced_without_double_binding(scheduler
     finally:
         first.stop(kill=True)
     create_pods(core, ns, 50, "late")  # work for the second instance whatever the first managed
-    second = start_scheduler(scheduler_kubeconfig, tmp_path, "--config-map", "gpu-scheduler/gpu-scheduler-config",
+    second = start_scheduler(scheduler_kubeconfig, tmp_path, "--config-map", "gpu-scheduler-system/gpu-scheduler-config",
                              name="second")
     try:
         wait_for(lambda: bound(core, ns) == 150, "the restarted scheduler to bind the rest", timeout=90)
@@ -82,8 +82,8 @@ def test_a_scheduler_killed_mid_run_is_replaced_without_double_binding(scheduler
 
 def test_only_the_leader_binds_and_a_standby_takes_over(scheduler_kubeconfig, api, pool, tmp_path):
     core: Any = client.CoreV1Api(api)
-    args = ("--config-map", "gpu-scheduler/gpu-scheduler-config", "--leader-elect",
-            "--lease", "gpu-scheduler/gpu-scheduler")  # the Lease the shipped RBAC allows
+    args = ("--config-map", "gpu-scheduler-system/gpu-scheduler-config", "--leader-elect",
+            "--lease", "gpu-scheduler-system/gpu-scheduler")  # the Lease the shipped RBAC allows
     instances = [start_scheduler(scheduler_kubeconfig, tmp_path, *args, name=f"elect-{i}") for i in range(2)]
     try:
         wait_for(lambda: sum(metric(p, "gpu_scheduler_leader") for p in instances) == 1, "one leader")

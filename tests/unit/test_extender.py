@@ -437,7 +437,7 @@ def test_the_shipped_kube_scheduler_configuration_uses_every_verb_we_serve():
     assert (shipped["apiVersion"], shipped["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
     assert [p["schedulerName"] for p in shipped["profiles"]] == ["default-scheduler"]
     [ext] = shipped["extenders"]  # only one extender may bind
-    assert ext["urlPrefix"] == "http://gpu-scheduler-extender.gpu-scheduler.svc:8888"
+    assert ext["urlPrefix"] == "http://gpu-scheduler-extender.gpu-scheduler-system.svc:8888"
     assert ext["weight"] > 0  # a prioritize verb needs weight > 0
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["enableHTTPS"] is False
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]

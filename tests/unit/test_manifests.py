@@ -85,7 +85,12 @@ def test_shipped_configmap_holds_a_valid_config():
 
 def test_webhook_configuration_selects_opted_in_namespaces_and_spares_opted_out_pods():
     hook = yaml.safe_load((MANIFESTS / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())["webhooks"][0]
-    assert hook["namespaceSelector"] == {"matchLabels": {"gpu-scheduler.io/inject": "enabled"}}
+    assert hook["namespaceSelector"] == {
+        "matchLabels": {"gpu-scheduler.io/inject": "enabled"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                              "values": ["kube-system", "gpu-scheduler-system"]}],
+    }
+    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 10
     assert hook["objectSelector"]["matchExpressions"] == [
         {"key": "gpu-scheduler.io/inject", "operator": "NotIn", "values": ["disabled"]}
     ]
