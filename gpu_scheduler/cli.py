@@ -118,9 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the mutating admission webhook",
         description="Serve POST /mutate, /healthz, /readyz and /metrics over TLS under gunicorn.",
     )
-    source = webhook.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
-    source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    _add_config_source(webhook)
     webhook.add_argument("--cert", required=True, metavar="FILE", help="TLS certificate (PEM)")
     webhook.add_argument("--key", required=True, metavar="FILE", help="TLS private key (PEM)")
     webhook.add_argument("--port", type=int, default=8443)
@@ -138,9 +136,7 @@ def _parser() -> argparse.ArgumentParser:
                     "and /metrics under gunicorn: one worker process (one cluster model, so no GPU is given "
                     "twice) with several threads. Plain HTTP unless --cert and --key are given.",
     )
-    extender_source = extender.add_mutually_exclusive_group(required=True)
-    extender_source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
-    extender_source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    _add_config_source(extender)
     extender.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
     extender.add_argument("--port", type=int, default=8888)
     extender.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
@@ -157,9 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Watch nodes and pods, schedule pending pods whose schedulerName is ours, bind them, "
                     "and raise the deletion cost of warmed-up pods.",
     )
-    run_source = run.add_mutually_exclusive_group(required=True)
-    run_source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
-    run_source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+    _add_config_source(run)
     run.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
     run.add_argument("--leader-elect", action="store_true", help="schedule only while holding the leader lease")
     run.add_argument("--lease", default="gpu-scheduler-system/gpu-scheduler", metavar="NS/NAME",
@@ -168,6 +162,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(run=_run)
     return parser
+
+
+def _add_config_source(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE | --config-map NS/NAME`, as every long-running command takes them."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
+    source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
 
 
 def _namespaced(flag: str, value: str) -> tuple[str, str]:

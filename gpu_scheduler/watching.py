@@ -113,13 +113,18 @@ class Reflector:
                     self._on_event(kind, obj)
 
     def _failed(self, err: Exception, backoff: float) -> None:
-        log.warning("%s: cannot list or watch (%s); retrying in %.1fs", self.name, _brief(err), backoff)
+        log.warning("%s: cannot list or watch (%s); retrying in %.1fs", self.name, describe_error(err), backoff)
         if self._on_failure is not None:
             self._on_failure(err)
         self._stopped.wait(backoff)
 
 
-def _brief(err: Exception) -> str:
+def describe_error(err: Exception) -> str:
+    """An API or transport error in one line, with the apiserver's own message when it sent one."""
     if isinstance(err, ApiException):
-        return f"HTTP {err.status} {err.reason}"
+        try:
+            message = json.loads(err.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return f"HTTP {err.status} {message or err.reason}"
     return f"{type(err).__name__}: {err}"

@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority; kube-scheduler adds score * weight * 10
 MAX_BODY_BYTES = 128 * 2**20  # full Nodes (nodeCacheCapable: false) of a few thousand nodes
 NOT_CACHED = "node not in the extender's cache yet"
-TERMINAL = ("Succeeded", "Failed")
 REMEMBERED_PODS = 4096  # Pods from /filter kept for /bind, whose arguments carry only names
 # Rejections that evicting pods can cure. Every other rejection (GPU model, taints, affinity, a node we
 # do not know ...) is also reported in FailedAndUnresolvableNodes, so kube-scheduler's preemption, which
@@ -299,7 +298,7 @@ class Extender:
         metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         uid = str(metadata.get("uid") or "")
         current = self.model.assignments.get(key)
-        if gone or (obj.get("status") or {}).get("phase") in TERMINAL:
+        if gone or (obj.get("status") or {}).get("phase") in pods.TERMINAL_PHASES:
             self._forget_waiting(key)
             if current is not None and current.pod.uid in ("", uid):  # not a newer pod of the same name
                 self.model.unassign(key)
@@ -408,7 +407,7 @@ class Extender:
             finally:
                 reply.release_conn()
         except (ApiException, HTTPError, OSError, ValueError) as err:
-            raise BindError(f"cannot read pod {args.key}: {_brief(err)}") from err
+            raise BindError(f"cannot read pod {args.key}: {watching.describe_error(err)}") from err
 
     def _assume(self, facts: pods.PodFacts, node: str) -> tuple[pods.Device, ...]:
         """Under the lock: the devices for `facts` on `node`, accounted in the model; never overcommits."""
@@ -441,9 +440,9 @@ class Extender:
         except ApiException as err:
             if err.status == 409 and self._bound_there(args):
                 return  # bound to this node already (a retried bind): done
-            raise BindError(f"binding {args.key} to {args.node}: {_brief(err)}") from err
+            raise BindError(f"binding {args.key} to {args.node}: {watching.describe_error(err)}") from err
         except (HTTPError, OSError) as err:
-            raise BindError(f"binding {args.key} to {args.node}: {_brief(err)}") from err
+            raise BindError(f"binding {args.key} to {args.node}: {watching.describe_error(err)}") from err
 
     def _bound_there(self, args: BindingArgs) -> bool:
         try:
@@ -452,16 +451,6 @@ class Extender:
             return False
         return bool((pod.get("metadata") or {}).get("uid") == args.uid
                     and (pod.get("spec") or {}).get("nodeName") == args.node)
-
-
-def _brief(err: Exception) -> str:
-    if isinstance(err, ApiException):
-        try:
-            message = json.loads(err.body or "{}").get("message")
-        except (ValueError, AttributeError):
-            message = None
-        return f"HTTP {err.status} {message or err.reason}"
-    return f"{type(err).__name__}: {err}"
 
 
 # --- HTTP ----------------------------------------------------------------------------------------

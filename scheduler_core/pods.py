@@ -22,6 +22,7 @@ MILLI_ANNOTATION = "gpu-scheduler.io/gpu-milli"
 DEVICES_ANNOTATION = "gpu-scheduler.io/gpu-devices"
 SPOT_ANNOTATION = "gpu-scheduler.io/spot"
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
+TERMINAL_PHASES = ("Succeeded", "Failed")  # such a pod holds no resources any more
 
 
 @dataclass(frozen=True)

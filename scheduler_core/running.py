@@ -33,7 +33,6 @@ from webhook import config
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("Succeeded", "Failed")
 REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedulable reason
 WARMUP_RETRY = 30.0
 
@@ -193,7 +192,7 @@ class LiveScheduler:
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         key = pods.key_of(obj)
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        if kind == "DELETED" or status.get("phase") in TERMINAL:
+        if kind == "DELETED" or status.get("phase") in pods.TERMINAL_PHASES:
             self._forget_pending(key)
             for waiting in self.orphans.values():
                 waiting.pop(key, None)
@@ -309,7 +308,7 @@ class LiveScheduler:
             self.queue.done(key)
             self.pending.pop(key, None)
             return
-        log.warning("binding %s to %s failed (%s); will retry", key, node, watching._brief(error))
+        log.warning("binding %s to %s failed (%s); will retry", key, node, watching.describe_error(error))
         if key in self.pending:
             self.queue.failed(key, time.monotonic(), unschedulable=False)
 
@@ -330,7 +329,7 @@ class LiveScheduler:
             rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status",
                            {"status": {"conditions": [condition]}}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
         except (ApiException, HTTPError, OSError) as err:
-            log.warning("cannot set PodScheduled=False on %s/%s: %s", namespace, name, watching._brief(err))
+            log.warning("cannot set PodScheduled=False on %s/%s: %s", namespace, name, watching.describe_error(err))
         self._record_event(obj, "Warning", "FailedScheduling", message)
 
     def _record_event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
@@ -350,7 +349,7 @@ class LiveScheduler:
         try:
             rawapi.request(self.api, "POST", f"/api/v1/namespaces/{quote(namespace)}/events", event)
         except (ApiException, HTTPError, OSError) as err:
-            log.debug("cannot record event %s on %s: %s", reason, metadata["name"], watching._brief(err))
+            log.debug("cannot record event %s on %s: %s", reason, metadata["name"], watching.describe_error(err))
 
     # --- deletion-cost warm-up ------------------------------------------------------------------
 
@@ -379,7 +378,7 @@ class LiveScheduler:
         except ApiException as err:
             result = "skipped" if err.status == 422 else "error"  # 422: the test op failed, a user changed it
             metrics.PROMOTIONS.labels(result).inc()
-            log.info("deletion cost of %s not raised: %s", pods.key_of(obj), watching._brief(err))
+            log.info("deletion cost of %s not raised: %s", pods.key_of(obj), watching.describe_error(err))
         except (HTTPError, OSError) as err:
             metrics.PROMOTIONS.labels("error").inc()
             log.warning("deletion cost of %s not raised: %s", pods.key_of(obj), err)
