@@ -112,6 +112,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="per way, seconds")
     parser.add_argument("--ways", default="a,b,c,t",
                         help="which of a (ours), b (kube-scheduler), c (our extender), t (trivial extender)")
+    parser.add_argument("--verbs", default="filter,prioritize,bind",
+                        help="the extender verbs kube-scheduler calls in c and t (without bind, it binds itself): "
+                             "shows what each round trip costs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     ways = set(args.ways.split(","))
@@ -147,9 +150,10 @@ def main() -> int:
             process = subprocess.Popen([*command, str(port)], stdout=(work / log).open("wb"),
                                        stderr=subprocess.STDOUT)
             servers.eventually(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=60)
+            verbs = {f"{verb}Verb": verb for verb in args.verbs.split(",")}
             profile = {**unthrottled, "profiles": [{"schedulerName": "default-scheduler"}], "extenders": [{
-                "urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter", "prioritizeVerb": "prioritize",
-                "bindVerb": "bind", "weight": 1, "nodeCacheCapable": True, "enableHTTPS": False,
+                "urlPrefix": f"http://127.0.0.1:{port}", **verbs, "weight": 1, "nodeCacheCapable": True,
+                "enableHTTPS": False,
                 "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]}]}
             scheduler = plane.start_scheduler(json.dumps(profile))
             return lambda: (scheduler.stop(), process.terminate(), process.wait(15))
@@ -175,7 +179,7 @@ def main() -> int:
             results["kube-scheduler+trivial"] = run_way("trivial", plane, api, args.pods, work,
                                                         with_trivial_extender, "default-scheduler", args.timeout)
     base = results.get("kube-scheduler", {}).get("pods_per_s")
-    summary: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods}
+    summary: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "extender_verbs": args.verbs}
     if base and "gpu-scheduler" in results:
         summary["a/b"] = results["gpu-scheduler"]["pods_per_s"] / base
     if base and "kube-scheduler+extender" in results:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+import orjson
 from flask import Flask, Response, jsonify, request
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -46,6 +47,7 @@ MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority; kube-scheduler adds score 
 MAX_BODY_BYTES = 128 * 2**20  # full Nodes (nodeCacheCapable: false) of a few thousand nodes
 NOT_CACHED = "node not in the extender's cache yet"
 REMEMBERED_PODS = 4096  # Pods from /filter kept for /bind, whose arguments carry only names
+FILTERED_SCORES = 64  # the scores /filter computed, kept for the /prioritize of the same pod that follows
 # Rejections that evicting pods can cure. Every other rejection (GPU model, taints, affinity, a node we
 # do not know ...) is also reported in FailedAndUnresolvableNodes, so kube-scheduler's preemption, which
 # cannot ask us, never evicts pods from a node this pod could not use anyway.
@@ -184,16 +186,12 @@ def priorities(names: tuple[str, ...], scores: Mapping[str, float]) -> list[Host
     Infeasible or unknown nodes get 0.
     """
     low, high = min(scores.values(), default=0.0), max(scores.values(), default=0.0)
-    answer: list[HostPriority] = []
-    for name in dict.fromkeys(names):
-        if name not in scores:
-            value = 0
-        elif high - low < 1e-9:
-            value = MAX_PRIORITY
-        else:
-            value = round(MAX_PRIORITY * (scores[name] - low) / (high - low))
-        answer.append({"Host": name, "Score": value})
-    return answer
+    if high - low < 1e-9:
+        scaled = dict.fromkeys(scores, MAX_PRIORITY)
+    else:
+        factor = MAX_PRIORITY / (high - low)
+        scaled = {name: round((value - low) * factor) for name, value in scores.items()}
+    return [{"Host": name, "Score": scaled.get(name, 0)} for name in dict.fromkeys(names)]
 
 
 # --- the model and the verbs -------------------------------------------------------------------
@@ -218,6 +216,9 @@ class Extender:
         # node -> pod key -> facts: pods the watch shows bound to a node it has not shown yet
         self.waiting: defaultdict[str, dict[str, pods.PodFacts]] = defaultdict(dict)
         self.remembered: OrderedDict[str, dict[str, Any]] = OrderedDict()  # pod uid -> Pod from /filter
+        # pod uid -> (the nodes /filter was asked about, the feasible ones' scores), for the /prioritize
+        # that follows in the same scheduling cycle: kube-scheduler, too, scores against the snapshot it filtered
+        self.filtered: OrderedDict[str, tuple[frozenset[str], dict[str, float]]] = OrderedDict()
         self._reflectors: list[watching.Reflector] = []
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -342,7 +343,8 @@ class Extender:
         with self.lock:
             self._remember(candidates.pod)
             known = [name for name in candidates.names if name in self.model.index]
-            feasible, failed, _ = self.framework.evaluate(facts, known, score=False)
+            feasible, failed, scores = self.framework.evaluate(facts, known)
+            self._keep_scores(facts.uid, frozenset(candidates.names), scores)
         failed_nodes = {name: reason for name, (_, reason) in failed.items()}
         unresolvable = {name: reason for name, (plugin, reason) in failed.items()
                         if plugin not in RESOLVABLE_BY_PREEMPTION}
@@ -361,9 +363,17 @@ class Extender:
         facts = self._pod_facts(candidates.pod)
         with self.lock:
             self._remember(candidates.pod)
-            known = [name for name in candidates.names if name in self.model.index]
-            _, _, scores = self.framework.evaluate(facts, known)
+            asked, scores = self.filtered.pop(facts.uid, (frozenset(), {}))
+            if not asked.issuperset(candidates.names):  # no /filter before (filterVerb unset), or other nodes
+                known = [name for name in candidates.names if name in self.model.index]
+                _, _, scores = self.framework.evaluate(facts, known)
         return priorities(candidates.names, scores)
+
+    def _keep_scores(self, uid: str, asked: frozenset[str], scores: dict[str, float]) -> None:
+        self.filtered[uid] = (asked, scores)
+        self.filtered.move_to_end(uid)
+        while len(self.filtered) > FILTERED_SCORES:
+            self.filtered.popitem(last=False)
 
     def bind(self, args: BindingArgs) -> ExtenderBindingResult:
         """Choose and assume the devices, then POST the Binding that records them on the pod."""
@@ -510,7 +520,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
               answer: Callable[[Extender, Any], tuple[Any, str]]) -> Any:
         started = time.perf_counter()
         try:
-            args = parse(json.loads(request.get_data(cache=False)))
+            args = parse(orjson.loads(request.get_data(cache=False)))
         except RequestError as err:
             REQUESTS.labels(verb, "invalid").inc()
             return _error(400, str(err))
@@ -535,7 +545,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
             return _error(500, f"internal error in /{verb}: {type(err).__name__}: {err}")
         REQUESTS.labels(verb, outcome).inc()
         LATENCY.labels(verb).observe(time.perf_counter() - started)
-        return jsonify(result)
+        return Response(orjson.dumps(result), content_type="application/json")
 
     @app.post("/filter")
     def filter_nodes() -> Any:

@@ -225,6 +225,24 @@ def test_prioritize_gives_equal_candidates_the_same_score():
     assert scores(client, gpu_pod("p", gpus=1, model="A100"), ["a100-1", "a100-2"]) == {"a100-1": 10, "a100-2": 10}
 
 
+def test_prioritize_after_filter_scores_the_snapshot_the_filter_saw():
+    """kube-scheduler scores its own plugins against the snapshot it filtered; so does the extender, which
+    also spares a second evaluation per pod. A bind in between does not reshuffle the pod's ranking."""
+    ext, core, client = make(node("n1", gpus=8), node("n2", gpus=8), bound=(gpu_pod("a", gpus=2, node_name="n2"),))
+    pod_obj = gpu_pod("p", gpus=1)
+    assert filter_names(client, pod_obj, ["n1", "n2"])["NodeNames"] == ["n1", "n2"]
+    assert bind(client, core, gpu_pod("other", gpus=6), "n1") == ""  # n1 now the fuller node
+    assert scores(client, pod_obj, ["n1", "n2"]) == {"n1": 0, "n2": 10}
+    assert scores(client, pod_obj, ["n1", "n2"]) == {"n1": 10, "n2": 0}  # no filter before: the model as it is
+
+
+def test_prioritize_about_nodes_the_filter_was_not_asked_about_evaluates_afresh():
+    _, _, client = make(node("n1", gpus=8), node("n2", gpus=8), bound=(gpu_pod("a", gpus=2, node_name="n2"),))
+    pod_obj = gpu_pod("p", gpus=1)
+    filter_names(client, pod_obj, ["n1"])
+    assert scores(client, pod_obj, ["n1", "n2"]) == {"n1": 0, "n2": 10}
+
+
 # --- bind -------------------------------------------------------------------------------------------
 
 
@@ -353,10 +371,9 @@ GOOD_POD = gpu_pod("p", gpus=1)
 
 
 @pytest.mark.parametrize(("verb", "body", "message"), [
-    ("filter", b"{not json", "body: not valid JSON (Expecting property name enclosed in double quotes: "
-                             "line 1 column 2 (char 1))"),
-    ("filter", b"\xff", "body: not valid JSON ('utf-8' codec can't decode byte 0xff in position 0: "
-                        "invalid start byte)"),
+    ("filter", b"{not json", "body: not valid JSON (unexpected character: line 1 column 2 (char 1))"),
+    ("filter", b"\xff", "body: not valid JSON (str is not valid UTF-8: surrogates not allowed: "
+                        "line 1 column 1 (char 0))"),
     ("filter", [], "body: must be a JSON object (ExtenderArgs), got []"),
     ("filter", {"NodeNames": ["a"]}, "Pod: missing"),
     ("filter", {"Pod": "p", "NodeNames": []}, 'Pod: must be an object (a v1 Pod), got "p"'),
