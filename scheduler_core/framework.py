@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import plugins
+from scheduler_core import placement, plugins
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
@@ -32,8 +32,18 @@ class Decision:
 
 
 class Framework:
-    def __init__(self, cluster: Cluster, scheduling: config.Scheduling = config.Scheduling()):
+    """Decisions over one cluster model.
+
+    `workload` holds the pod shapes the placement-quality plugins measure fragmentation against
+    (default: learned from the pods this framework decides on); `rng` drives the plugins that break
+    ties at random (the default is seeded, so the same input still gives the same placement).
+    """
+
+    def __init__(self, cluster: Cluster, scheduling: config.Scheduling = config.Scheduling(), *,
+                 workload: placement.Workload | None = None, rng: np.random.Generator | None = None):
         self.cluster = cluster
+        self.workload = workload if workload is not None else placement.Workload()
+        self.rng = rng if rng is not None else np.random.default_rng(0)
         self.configure(scheduling)
         self._caches: dict[Any, Any] = {}
 
@@ -42,7 +52,7 @@ class Framework:
         self.scheduling = scheduling
         self.scores = [
             (name, plugin, scheduling.weight_of(name))
-            for name, plugin in plugins.SCORES.items()
+            for name, plugin in (plugins.SCORES | placement.SCORES).items()
             if scheduling.weight_of(name) > 0
         ]
 
@@ -53,7 +63,8 @@ class Framework:
         cluster = self.cluster
         if cluster.node_count == 0:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
-        cycle = plugins.Cycle(cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy)
+        self.workload.observe(pod)
+        cycle = self._cycle(pod)
         alive = cluster.present[: cluster.size].copy()
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
@@ -86,6 +97,10 @@ class Framework:
                 for r in top
             }
         return Decision(pod.key, node, devices, scores=scores)
+
+    def _cycle(self, pod: PodFacts) -> plugins.Cycle:
+        return plugins.Cycle(self.cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy,
+                             rng=self.rng, workload=self.workload)
 
     def _rejections(self, cycle: plugins.Cycle) -> str:
         """Why no node fits: each node counted under the first filter that rejects it.
@@ -141,7 +156,7 @@ class Framework:
             reason = "; ".join(pod.problems)
             return [], {name: ("PodProblems", reason) for name in names}, {}
         rows = np.array([cluster.index[name] for name in names], dtype=np.int64)
-        cycle = plugins.Cycle(cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy)
+        cycle = self._cycle(pod)
         alive = np.ones(rows.size, dtype=bool)
         failed: dict[str, tuple[str, str]] = {}
         for filter_name, filter_plugin in plugins.FILTERS:

@@ -32,13 +32,21 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
 # Score plugins of scheduler_core and their default weights (scheduling.weights overrides).
 SCORE_PLUGINS: dict[str, int] = {
-    "gpu-placement": 5,  # binpack / spread across nodes and GPU devices
+    "gpu-placement": 1,  # binpack / spread across nodes and GPU devices
     "node-resources": 1,  # cpu and memory, following nodePolicy
     "gpu-utilization": 1,  # prefer GPUs that are less busy right now
     "spot": 2,  # the pod's spot preference
     "locality": 2,  # near pods of the same application: same node, then same zone
     "node-affinity": 2,  # preferred node affinity terms, as upstream
     "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
+    # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
+    "random": 0,
+    "bestfit": 0,
+    "dotproduct": 0,
+    "gpupacking": 0,
+    "fgd": 0,
+    # ... and ours, the default: usable GPU lost to fragmentation, cpu/memory stranding and model contention
+    "gpu-fragmentation": 10,
 }
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")

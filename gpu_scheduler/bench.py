@@ -1,0 +1,189 @@
+"""`gpu-scheduler bench openb`: the openb placement-quality experiment, seeds in parallel processes.
+
+The adapter around `scheduler_core.openb`: reads the CSVs, fans (policy, seed) replays out to
+worker processes, shows progress on stderr, prints the table or the JSON contract, draws the plot.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import os
+import queue
+import sys
+import time
+from collections.abc import Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scheduler_core import openb
+
+PROGRESS_STEP = 500  # pods between progress reports from a worker
+
+
+class BenchError(ValueError):
+    """Input the benchmark cannot use: a missing file, a bad row, an unknown policy or seed range."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`42-51`, `42,43,50` or `42`."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part.strip()[1:]:
+                first, last = part.strip().split("-", 1)
+                if int(last) < int(first):
+                    raise ValueError(part)
+                seeds.extend(range(int(first), int(last) + 1))
+            else:
+                seeds.append(int(part))
+    except ValueError as err:
+        raise BenchError(f"--seeds {text!r}: expected a range like 42-51 or a list like 42,43") from err
+    return list(dict.fromkeys(seeds))
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as handle:
+            return list(csv.DictReader(handle))
+    except OSError as err:
+        raise BenchError(f"{path}: {err.strerror or err}") from err
+
+
+def load_trace(nodes_csv: Path, pods_csv: Path) -> openb.Trace:
+    try:
+        return openb.load(read_rows(nodes_csv), read_rows(pods_csv))
+    except openb.TraceError as err:
+        raise BenchError(str(err)) from err
+
+
+_trace: openb.Trace | None = None
+_progress: Any = None
+
+
+def _start_worker(trace: openb.Trace, progress: Any) -> None:
+    global _trace, _progress
+    _trace, _progress = trace, progress
+
+
+def _replay(policy: str, seed: int) -> tuple[str, openb.Replay, float]:
+    assert _trace is not None
+    started = time.perf_counter()
+    result = openb.replay(_trace, policy, seed, progress=lambda done: _progress.put((policy, done)))
+    return policy, result, time.perf_counter() - started
+
+
+def run(trace: openb.Trace, policies: Sequence[str], seeds: Sequence[int], *, jobs: int, show_progress: bool = True
+        ) -> dict[str, Any]:
+    """Every policy over every seed; returns the `--json` document, plus per-policy curves and times."""
+    from tqdm import tqdm
+
+    for policy in policies:
+        if policy not in openb.POLICIES:
+            raise BenchError(f"--policy {policy!r}: expected one of {', '.join(openb.POLICIES)}")
+    pods_per_seed = {seed: len(openb.arrival_order(trace, seed)) for seed in seeds}
+    bars = {policy: tqdm(total=sum(pods_per_seed.values()), desc=f"{policy:>10}", unit="pod", file=sys.stderr,
+                         disable=not show_progress, position=i, leave=True) for i, policy in enumerate(policies)}
+    replays: dict[str, list[openb.Replay]] = {policy: [] for policy in policies}
+    seconds: dict[str, float] = dict.fromkeys(policies, 0.0)
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with context.Manager() as manager:
+        progress = manager.Queue()
+        with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
+                                         initargs=(trace, progress)) as pool:
+            pending = {pool.submit(_replay, policy, seed) for policy in policies for seed in seeds}
+            while pending:
+                done, pending = futures.wait(pending, timeout=0.5, return_when=futures.FIRST_COMPLETED)
+                _drain(progress, bars)
+                for finished in done:
+                    policy, result, elapsed = finished.result()
+                    replays[policy].append(result)
+                    seconds[policy] += elapsed
+            _drain(progress, bars)
+    for bar in bars.values():
+        bar.close()
+    document: dict[str, Any] = {"policies": {}}
+    for policy in policies:
+        ordered = sorted(replays[policy], key=lambda r: r.seed)
+        entry = openb.summary(ordered)
+        entry["cpu_seconds"] = round(seconds[policy], 1)
+        document["policies"][policy] = entry
+    curves = {policy: np.mean([r.curve for r in replays[policy]], axis=0) for policy in policies}
+    return {"document": document, "curves": curves}
+
+
+def _drain(progress: Any, bars: dict[str, Any]) -> None:
+    while True:
+        try:
+            policy, done = progress.get_nowait()
+        except queue.Empty:
+            return
+        bars[policy].update(done)
+
+
+def table(document: dict[str, Any]) -> str:
+    points = [str(p) for p in openb.CHECKPOINTS]
+    lines = [f"{'policy':<11}" + "".join(f"{p + '%':>16}" for p in points) + f"{'cpu s':>9}"]
+    for policy, entry in document["policies"].items():
+        cells = "".join(f"{entry['alloc_ratio'][p]:>9.2f} ± {entry['alloc_ratio_std'][p]:<4.2f}" for p in points)
+        lines.append(f"{policy:<11}{cells}{entry['cpu_seconds']:>9.0f}")
+    return "\n".join(lines)
+
+
+def plot(curves: dict[str, np.ndarray], path: Path, *, title: str) -> None:
+    import logging
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    demand = np.arange(1, len(next(iter(curves.values()))) + 1)
+    for policy, curve in curves.items():
+        axes.plot(demand, curve, label=policy, linewidth=1.5)
+    axes.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
+    axes.set_ylabel("GPU allocation ratio (%)")
+    axes.set_title(title)
+    axes.set_xlim(50, demand[-1])
+    low = min(float(curve[59]) for curve in curves.values())
+    axes.set_ylim(max(0.0, low - 5), 100)
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def main(nodes_csv: Path, pods_csv: Path, *, seeds_text: str, policies: Sequence[str] | None, as_json: bool,
+         plot_path: Path | None, jobs: int | None) -> int:
+    try:
+        import matplotlib  # noqa: F401
+        import tqdm  # noqa: F401
+    except ImportError as err:
+        raise BenchError(f"bench needs the [bench] extra ({err.name} is missing): "
+                         "pip install 'gpu-scheduler[bench]'") from err
+    seeds = parse_seeds(seeds_text)
+    chosen = list(dict.fromkeys(policies or openb.POLICIES))
+    trace = load_trace(nodes_csv, pods_csv)
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(seeds) * len(chosen)))
+    started = time.perf_counter()
+    result = run(trace, chosen, seeds, jobs=workers)
+    document = result["document"]
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(f"{pods_csv.name}: {len(trace.node_facts)} nodes, {trace.capacity_milli // 1000} GPUs, "
+              f"{len(trace.pod_facts)} pods; seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}); "
+              f"GPU allocation ratio % (mean ± std over seeds) when the arrived demand reaches:")
+        print(table(document))
+        print(f"wall time {time.perf_counter() - started:.0f} s with {workers} worker process(es)")
+    if plot_path is not None:
+        plot(result["curves"], plot_path, title=f"openb {pods_csv.stem.removeprefix('openb_pod_list_')}")
+        print(f"plot written to {plot_path}", file=sys.stderr)
+    return 0

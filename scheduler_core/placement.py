@@ -1,0 +1,377 @@
+"""Placement-quality score plugins: how well a node choice keeps the cluster's GPUs usable.
+
+The baselines are written from their published descriptions, as compared in "Beware of
+Fragmentation" (Weng et al., USENIX ATC '23): `random`, `bestfit`, `dotproduct`, `gpupacking`
+and `fgd` (fragmentation gradient descent). `gpu-fragmentation` is ours and the product default.
+
+Every plugin scores the candidate rows 0..100 like the other score plugins; those that rank by a
+cost stretch it so the cheapest candidate gets 100 and the dearest 0 (kube-scheduler's
+NormalizeScore), so each can be weighted against the rest of the framework's plugins.
+
+Fragmentation is measured against a `Workload`: the shapes (cpu, whole GPUs, share, memory) of
+pods and how often each occurs. FGD uses the typical shapes of a known workload, as the paper
+does; ours learns the shapes online from the pods the scheduler has seen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler_core import predicates
+from scheduler_core.cluster import Cluster
+from scheduler_core.nodes import GPU_MILLI
+from scheduler_core.pods import PodFacts
+from scheduler_core.plugins import Cycle
+
+BESTFIT_CPU_SCALE = 128_000  # milli-cpu: BestFit's leftover CPU is counted against 128 cores
+BESTFIT_GPU_SCALE = 8 * GPU_MILLI  # ... and its leftover GPU against 8 GPUs
+TYPICAL_SHARE = 0.95  # FGD's typical shapes cover this share of the pods
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one pod asks for, as far as placement quality goes."""
+
+    cpu: int  # milli-cpu
+    memory: int  # milli-bytes, as the cluster model counts it
+    gpus: int  # whole GPUs
+    gpu_milli: int  # a share of one GPU, 0 for none
+    models: tuple[frozenset[str], ...] = ()  # GPU model alternatives, () for any
+
+    @property
+    def per_gpu(self) -> int:
+        """The free thousandths one GPU needs for this shape to use it (0: uses no GPU)."""
+        return GPU_MILLI if self.gpus else self.gpu_milli
+
+    @property
+    def gpu_demand(self) -> int:
+        return self.gpus * GPU_MILLI + self.gpu_milli
+
+
+def shape_of(pod: PodFacts) -> Shape:
+    return Shape(pod.requests.get("cpu", 0), pod.requests.get("memory", 0), pod.gpus, pod.gpu_milli,
+                 pod.models if pod.wants_gpu else ())
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The typical shapes as arrays, popularity summing to 1."""
+
+    cpu: np.ndarray
+    memory: np.ndarray
+    gpus: np.ndarray
+    gpu_milli: np.ndarray
+    per_gpu: np.ndarray
+    popularity: np.ndarray
+    models: tuple[tuple[frozenset[str], ...], ...]
+    cpu_per_milli: float  # cpu per GPU thousandth of the shapes that use GPUs, popularity-weighted
+    memory_per_milli: float
+    constrained: tuple[tuple[tuple[frozenset[str], ...], float], ...]  # models -> share of all GPU demand
+
+
+class Workload:
+    """Pod shapes and their popularity, fixed (a known trace) or learned from the pods seen.
+
+    Learned: each pod counts once (by key, over the last `memory` distinct pods), so a pod the
+    scheduler retries does not outweigh the others.
+    """
+
+    def __init__(self, counts: Counter[Shape] | None = None, *, learn: bool = True, memory: int = 100_000,
+                 typical_share: float = TYPICAL_SHARE):
+        self.counts: Counter[Shape] = Counter(counts or {})
+        self.learn = learn
+        self.memory = memory
+        self.typical_share = typical_share
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._shapes: Shapes | None = None
+        self._changes = 0
+        self._matches: dict[tuple[int, int], np.ndarray] = {}
+        self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
+
+    @classmethod
+    def of(cls, pods: Iterable[PodFacts], *, typical_share: float = TYPICAL_SHARE) -> Workload:
+        """The fixed workload of a known pod list (FGD's typical pods)."""
+        return cls(Counter(shape_of(pod) for pod in pods), learn=False, typical_share=typical_share)
+
+    def observe(self, pod: PodFacts) -> None:
+        if not self.learn or pod.key in self._seen:
+            return
+        self._seen[pod.key] = None
+        if len(self._seen) > self.memory:
+            self._seen.popitem(last=False)
+        self.counts[shape_of(pod)] += 1
+        self._changes += 1
+        # the mix settles quickly: summarise it again after 1, 2, 4, ... 256 pods, then every 256
+        if self._changes & (self._changes - 1) == 0 or self._changes % 256 == 0:
+            self._shapes = None
+            self._matches.clear()
+            self._contention.clear()
+
+    def shapes(self) -> Shapes:
+        if self._shapes is None:
+            self._shapes = self._summarise()
+        return self._shapes
+
+    def _summarise(self) -> Shapes:
+        ranked = self.counts.most_common()
+        total = sum(count for _, count in ranked)
+        kept: list[tuple[Shape, int]] = []
+        covered = 0
+        for shape, count in ranked:
+            if covered >= self.typical_share * total:
+                break
+            kept.append((shape, count))
+            covered += count
+        popularity = np.array([count for _, count in kept], dtype=float) / (covered or 1)
+        gpu = np.array([s.gpu_demand for s, _ in kept], dtype=float) * popularity
+        using = gpu > 0
+        gpu_total = float(gpu.sum()) or 1.0
+        cpu = np.array([s.cpu for s, _ in kept], dtype=np.int64)
+        memory = np.array([s.memory for s, _ in kept], dtype=np.int64)
+        demand_all = float(sum(s.gpu_demand * count for s, count in ranked)) or 1.0
+        by_models: Counter[tuple[frozenset[str], ...]] = Counter()
+        for shape, count in ranked:
+            if shape.models and shape.gpu_demand:
+                by_models[shape.models] += shape.gpu_demand * count
+        return Shapes(
+            cpu=cpu, memory=memory,
+            gpus=np.array([s.gpus for s, _ in kept], dtype=np.int64),
+            gpu_milli=np.array([s.gpu_milli for s, _ in kept], dtype=np.int64),
+            per_gpu=np.array([s.per_gpu for s, _ in kept], dtype=np.int64),
+            popularity=popularity,
+            models=tuple(s.models for s, _ in kept),
+            cpu_per_milli=float((cpu * popularity)[using].sum()) / gpu_total,
+            memory_per_milli=float((memory * popularity)[using].sum()) / gpu_total,
+            constrained=tuple((models, amount / demand_all) for models, amount in by_models.items()),
+        )
+
+    def matches(self, cluster: Cluster) -> np.ndarray:
+        """rows x typical shapes: whether the node's GPU model suits the shape (cached per label change)."""
+        key = (cluster.labels_version, cluster.size)
+        found = self._matches.get(key)
+        if found is None:
+            self._matches.clear()
+            found = self._matches[key] = _model_matrix(cluster, self.shapes().models)
+        return found
+
+
+    def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
+        """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh
+        that model's share of the cluster, as GPU demand share over GPU capacity share, summed."""
+        key = (cluster.labels_version, cluster.size, models)
+        found = self._contention.get(key)
+        if found is None:
+            if len(self._contention) > 64:
+                self._contention.clear()
+            found = np.zeros(cluster.size)
+            capacity = cluster.gpu_count[: cluster.size] * cluster.present[: cluster.size]
+            total = float(capacity.sum()) or 1.0
+            for wanted, share in self.shapes().constrained:
+                if wanted == models:
+                    continue
+                suits = _model_matrix(cluster, (wanted,))[:, 0]
+                own = float(capacity[suits].sum())
+                if own > 0:
+                    found += np.where(suits, share * total / own, 0.0)
+            self._contention[key] = found
+        return found
+
+
+def _model_matrix(cluster: Cluster, wanted: Sequence[tuple[frozenset[str], ...]]) -> np.ndarray:
+    matrix = np.ones((cluster.size, len(wanted)), dtype=bool)
+    verdicts: dict[tuple[str | None, tuple[frozenset[str], ...]], bool] = {}
+    for column, models in enumerate(wanted):
+        if not models:
+            continue
+        for row, facts in enumerate(cluster.facts):
+            model = facts.gpu_model if facts is not None else None
+            if (model, models) not in verdicts:
+                verdicts[(model, models)] = predicates.model_matches(models, model)
+            matrix[row, column] = verdicts[(model, models)]
+    return matrix
+
+
+# --- the state of candidate nodes before and after the pod --------------------------------------
+
+
+@dataclass
+class NodeState:
+    """Free resources of some rows: GPU thousandths per device, cpu and memory (milli)."""
+
+    gpu_free: np.ndarray  # rows x devices
+    cpu_free: np.ndarray
+    memory_free: np.ndarray
+
+
+def before(cycle: Cycle, rows: np.ndarray) -> NodeState:
+    cluster = cycle.cluster
+    cpu, memory = cluster.resources["cpu"], cluster.resources["memory"]
+    return NodeState(
+        cluster.gpu_free[rows],
+        cluster.alloc[cpu, rows] - cluster.used[cpu, rows],
+        cluster.alloc[memory, rows] - cluster.used[memory, rows],
+    )
+
+
+def after(cycle: Cycle, rows: np.ndarray) -> NodeState:
+    """The rows as they would be with the pod on each, on the devices the framework gives it:
+    the lowest-numbered idle GPUs for whole GPUs, the tightest-fitting GPU for a share."""
+    pod = cycle.pod
+    state = before(cycle, rows)
+    free = state.gpu_free.copy()
+    if pod.gpus:
+        idle = free == GPU_MILLI
+        take = idle & (np.cumsum(idle, axis=1) <= pod.gpus)
+        free[take] = 0
+    elif pod.gpu_milli:
+        fitting = np.where(free >= pod.gpu_milli, free, GPU_MILLI + 1)
+        index = np.argmin(fitting, axis=1) if cycle.gpu_policy == "binpack" else np.argmax(
+            np.where(free >= pod.gpu_milli, free, -1), axis=1)
+        free[np.arange(rows.size), index] -= pod.gpu_milli
+    return NodeState(free, state.cpu_free - pod.requests.get("cpu", 0),
+                     state.memory_free - pod.requests.get("memory", 0))
+
+
+def fragmentation(state: NodeState, shapes: Shapes, matches: np.ndarray) -> np.ndarray:
+    """FGD's expected fragmentation of each row, in GPU thousandths.
+
+    For each typical shape: the idle GPU share the shape cannot use, that is the free part of
+    each GPU with less free than the shape needs per GPU (all of it for a shape without GPUs);
+    or all idle GPU share when the shape does not fit the node at all (GPU model, cpu, memory,
+    not enough idle GPUs or no GPU with room). Weighted by the shape's popularity.
+    `matches` is rows x shapes, whether the node's GPU model suits the shape.
+    """
+    free = state.gpu_free
+    idle = free.sum(axis=1)
+    if shapes.popularity.size == 0:
+        return np.zeros(free.shape[0])
+    demands, which = np.unique(shapes.per_gpu, return_inverse=True)
+    unusable = np.stack([np.where(free < d, free, 0).sum(axis=1) for d in demands], axis=1)  # rows x demands
+    whole = (free == GPU_MILLI).sum(axis=1)
+    largest = free.max(axis=1)
+    fits = matches & (state.cpu_free[:, None] >= shapes.cpu[None, :])
+    fits &= state.memory_free[:, None] >= shapes.memory[None, :]
+    fits &= (whole[:, None] >= shapes.gpus[None, :]) & (largest[:, None] >= shapes.gpu_milli[None, :])
+    per_shape = np.where(fits, unusable[:, which], idle[:, None])
+    return per_shape @ shapes.popularity
+
+
+def _best_first(cost: np.ndarray) -> np.ndarray:
+    """Cost to score: the cheapest candidate 100, the dearest 0, all 100 when they are equal."""
+    low, high = cost.min(initial=0.0), cost.max(initial=0.0)
+    if high - low < 1e-12:
+        return np.full(cost.size, 100.0)
+    return 100.0 * (high - cost) / (high - low)
+
+
+def _jitter(cycle: Cycle, size: int) -> np.ndarray:
+    """Below any real difference in score: equal candidates are chosen at random, not by name."""
+    return cycle.rng.random(size) * 1e-6
+
+
+# --- the policies ---------------------------------------------------------------------------------
+
+
+def random_fit(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Random: any feasible node, uniformly."""
+    return cycle.rng.random(rows.size) * 100.0
+
+
+def best_fit(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """BestFit: the node left with the least resources, 1 - cpu_left/128 cores/2 - gpu_left/8 GPUs/2."""
+    state = after(cycle, rows)
+    left = 0.5 * state.cpu_free / BESTFIT_CPU_SCALE + 0.5 * state.gpu_free.sum(axis=1) / BESTFIT_GPU_SCALE
+    return 100.0 * np.clip(1.0 - left, 0.0, 1.0) + _jitter(cycle, rows.size)
+
+
+def dot_product(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """DotProduct (Tetris' alignment as the FGD paper uses it): the smallest dot product of the node's
+    free cpu and GPU with the pod's request, each dimension over its largest node capacity."""
+    cluster, pod = cycle.cluster, cycle.pod
+    state = before(cycle, rows)
+    cpu = cluster.resources["cpu"]
+    cpu_scale = max(float(cluster.alloc[cpu, : cycle.rows].max(initial=0)), 1.0)
+    gpu_scale = max(float(cluster.gpu_count[: cycle.rows].max(initial=0)) * GPU_MILLI, 1.0)
+    product = (state.cpu_free / cpu_scale) * (pod.requests.get("cpu", 0) / cpu_scale)
+    product += (state.gpu_free.sum(axis=1) / gpu_scale) * ((pod.gpus * GPU_MILLI + pod.gpu_milli) / gpu_scale)
+    return _best_first(product) + _jitter(cycle, rows.size)
+
+
+def gpu_packing(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """GPU Packing: a share onto a GPU already shared, then nodes with GPUs in use, idle nodes last."""
+    cluster, pod = cycle.cluster, cycle.pod
+    free = cluster.gpu_free[rows]
+    count = cluster.gpu_count[rows]
+    in_use = cluster.gpu_used[rows] > 0
+    scores = np.where(in_use, 50.0, 0.0)
+    if pod.gpu_milli:
+        partly = ((free >= pod.gpu_milli) & (free < GPU_MILLI)).any(axis=1)
+        scores = np.where(partly, 100.0, scores)
+    del count
+    return scores + _jitter(cycle, rows.size)
+
+
+def fgd(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """FGD: the node whose expected fragmentation grows least with the pod on it."""
+    workload = _workload(cycle)
+    shapes, matches = workload.shapes(), workload.matches(cycle.cluster)[rows]
+    growth = fragmentation(after(cycle, rows), shapes, matches) - fragmentation(before(cycle, rows), shapes, matches)
+    return _best_first(growth) + _jitter(cycle, rows.size)
+
+
+def stranding(state: NodeState, shapes: Shapes) -> np.ndarray:
+    """Idle GPU thousandths that the node's free cpu and memory cannot feed, at the cpu and memory
+    per GPU thousandth the typical GPU-using shapes ask for."""
+    idle = state.gpu_free.sum(axis=1).astype(float)
+    usable = np.minimum(idle, np.maximum(state.cpu_free, 0) / max(shapes.cpu_per_milli, 1e-9))
+    usable = np.minimum(usable, np.maximum(state.memory_free, 0) / max(shapes.memory_per_milli, 1e-9))
+    return idle - usable
+
+
+STRANDING_WEIGHT = 1.0
+CONTENTION_WEIGHT = 1.0
+
+
+def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Ours: the node where the pod costs the fewest usable GPU thousandths.
+
+    Three costs, all in GPU thousandths: the growth of FGD's expected fragmentation against the
+    shapes seen so far; the growth of stranding, idle GPU left without the cpu or memory to feed
+    it (most GPU left unused in production traces sits on nodes whose cpu is gone); and, for a pod
+    that does not need the node's GPU model, its demand times how much more the pods that do
+    need that model ask for it than its share of the cluster (so scarce models stay free for them).
+    """
+    if cycle.node_policy != "binpack":
+        return np.zeros(rows.size)  # spreading is the admin's choice: this plugin stands aside
+    workload = _workload(cycle)
+    shapes = workload.shapes()
+    matches = workload.matches(cycle.cluster)[rows]
+    now, then = before(cycle, rows), after(cycle, rows)
+    cost = fragmentation(then, shapes, matches) - fragmentation(now, shapes, matches)
+    cost += STRANDING_WEIGHT * (stranding(then, shapes) - stranding(now, shapes))
+    pod = cycle.pod
+    if pod.wants_gpu and shapes.constrained:
+        cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
+            cycle.cluster, pod.models)[rows]
+    return _best_first(cost)
+
+
+def _workload(cycle: Cycle) -> Workload:
+    if cycle.workload is None:
+        cycle.workload = Workload()
+        cycle.workload.observe(cycle.pod)
+    return cycle.workload
+
+
+SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
+    "random": random_fit,
+    "bestfit": best_fit,
+    "dotproduct": dot_product,
+    "gpupacking": gpu_packing,
+    "fgd": fgd,
+    "gpu-fragmentation": gpu_fragmentation,
+}

@@ -1,0 +1,194 @@
+"""The openb experiment: trace rows to core objects, the published protocol, and `bench openb`'s contract.
+
+The CSVs here are tiny ones written by the tests; the real trace stays outside the repository.
+"""
+
+import csv
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpu_scheduler import bench
+from scheduler_core import openb
+
+ROOT = Path(__file__).parents[2]
+NODE_FIELDS = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
+POD_FIELDS = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"]
+
+
+def node_row(name, gpus=2, cpu=16000, memory=65536, model="T4"):
+    return {"sn": name, "cpu_milli": str(cpu), "memory_mib": str(memory), "gpu": str(gpus), "model": model}
+
+
+def pod_row(name, gpus=1, milli=1000, cpu=1000, memory=1024, spec=""):
+    return {"name": name, "cpu_milli": str(cpu), "memory_mib": str(memory), "num_gpu": str(gpus),
+            "gpu_milli": str(milli), "gpu_spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("row", "gpus", "gpu_milli", "model", "cpu", "memory"),
+    [
+        (pod_row("whole", gpus=2), 2, 0, None, 1000, 1024 * 2**20 * 1000),
+        (pod_row("share", gpus=1, milli=250), 0, 250, None, 1000, 1024 * 2**20 * 1000),
+        (pod_row("one", gpus=1, milli=1000), 1, 0, None, 1000, 1024 * 2**20 * 1000),
+        (pod_row("cpu-only", gpus=0, milli=0, cpu=4000), 0, 0, None, 4000, 1024 * 2**20 * 1000),
+        (pod_row("model", gpus=1, spec="V100M16|V100M32"), 1, 0, "V100M16|V100M32", 1000, 1024 * 2**20 * 1000),
+    ],
+)
+def test_a_pod_row_becomes_the_pod_the_core_parses(row, gpus, gpu_milli, model, cpu, memory):
+    trace = openb.load([node_row("n")], [row])
+    pod = trace.pod_facts[0]
+    assert (pod.gpus, pod.gpu_milli, pod.model) == (gpus, gpu_milli, model)
+    assert (pod.requests["cpu"], pod.requests["memory"]) == (cpu, memory)
+
+
+def test_a_node_row_becomes_a_node_with_its_gpu_model():
+    facts = openb.load([node_row("n", gpus=8, cpu=96000, model="G2")], []).node_facts[0]
+    assert (facts.name, facts.gpu_count, facts.gpu_model, facts.allocatable["cpu"]) == ("n", 8, "G2", 96000)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"name": "p", "cpu_milli": "x", "memory_mib": "1", "num_gpu": "1", "gpu_milli": "1000"},
+         "invalid literal for int()"),
+        ({"name": "p", "cpu_milli": "1"}, "'memory_mib'"),
+    ],
+)
+def test_bad_rows_name_the_row(row, message):
+    with pytest.raises(openb.TraceError, match="pod row") as caught:
+        openb.load([node_row("n")], [row])
+    assert message in str(caught.value)
+
+
+# --- the protocol ---------------------------------------------------------------------------------
+
+
+def test_every_pod_arrives_and_copies_fill_up_to_1_3_times_capacity():
+    demands = [1000, 500, 0, 2000, 250] * 20
+    capacity = 60_000
+    order = openb.arrivals(demands, capacity, 42)
+    counts = Counter(order)
+    assert set(counts) == set(range(len(demands)))  # every pod at least once
+    total = sum(demands[i] for i in order)
+    assert sum(demands) < total <= 1.3 * capacity
+
+
+def test_copies_stop_at_the_first_draw_that_would_exceed_the_limit():
+    order = openb.arrivals([1000] * 10, 10_000, 7)  # limit 13000: exactly 3 copies fit
+    assert len(order) == 13
+
+
+def test_the_seed_drives_draws_and_shuffle():
+    demands = list(range(0, 2000, 20))
+    first, again, other = (openb.arrivals(demands, 100_000, seed) for seed in (42, 42, 43))
+    assert first == again
+    assert first != other
+    assert first[: len(demands)] != list(range(len(demands)))  # shuffled, not the list order
+
+
+def test_a_list_already_above_the_limit_gets_no_copies():
+    assert sorted(openb.arrivals([1000] * 4, 2000, 1)) == [0, 1, 2, 3]
+
+
+def test_checkpoints_are_taken_when_the_arrived_demand_first_reaches_them():
+    """4 GPUs, 2 cpu: of 1-GPU, 1-cpu pods only 2 fit, so the ratio is 50% from the second pod on."""
+    trace = openb.load([node_row("n", gpus=4, cpu=2000)], [pod_row(f"p{i}") for i in range(4)])
+    result = openb.replay(trace, "bestfit", 1)
+    assert result.pods == 5  # 4 + 1 copy (5000 <= 5200 < 6000)
+    assert result.alloc_ratio == {100: 50.0, 110: 50.0, 120: 50.0, 130: 50.0}
+    assert result.curve[24] == 25.0  # the first pod alone is 25% of demand and placed
+    assert len(result.curve) == 130 and result.curve[-1] == 50.0
+    assert result.placed == 2
+
+
+def test_checkpoints_record_the_state_at_that_arrival_not_at_the_end():
+    """Whole-GPU pods then a cpu-heavy tail: what fits by 100% is counted at 100%."""
+    nodes = [node_row("n", gpus=2, cpu=4000)]
+    pods = [pod_row("a"), pod_row("b")]
+    result = openb.replay(openb.load(nodes, pods), "fgd", 3)
+    assert result.alloc_ratio[100] == 100.0  # both placed when the demand reached 100%
+    assert result.pods == 2
+
+
+@pytest.mark.parametrize(("text", "seeds"), [("42-51", list(range(42, 52))), ("42", [42]), ("1,3,3", [1, 3]),
+                                             ("5-6,9", [5, 6, 9])])
+def test_seed_ranges(text, seeds):
+    assert bench.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["x", "5-3", ""])
+def test_bad_seed_ranges(text):
+    with pytest.raises(bench.BenchError, match="--seeds"):
+        bench.parse_seeds(text)
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("openb")
+    nodes = [node_row(f"n{i}", gpus=g, cpu=c, model=m)
+             for i, (g, c, m) in enumerate([(8, 96000, "G2"), (2, 104000, "T4"), (2, 16000, "P100"), (8, 96000, "G2")])]
+    pods = [pod_row(f"p{i}", gpus=g, milli=m, cpu=c, spec=s) for i, (g, m, c, s) in enumerate(
+        [(1, 1000, 8000, ""), (1, 500, 4000, ""), (0, 0, 16000, ""), (2, 1000, 16000, ""), (1, 300, 2000, "T4"),
+         (1, 1000, 12000, "G2"), (4, 1000, 32000, "")])]
+    for path, fields, rows in ((folder / "nodes.csv", NODE_FIELDS, nodes), (folder / "pods.csv", POD_FIELDS, pods)):
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    return folder
+
+
+def bench_cli(*args, code=0):
+    result = subprocess.run([sys.executable, "-m", "gpu_scheduler", "bench", "openb", *args],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == code, result.stderr
+    return result
+
+
+def test_json_follows_the_contract(tiny_trace):
+    result = bench_cli("--nodes", str(tiny_trace / "nodes.csv"), "--pods", str(tiny_trace / "pods.csv"),
+                       "--seeds", "42-43", "--policy", "bestfit", "--policy", "ours", "--json", "--jobs", "1")
+    document = json.loads(result.stdout)
+    assert list(document) == ["policies"]
+    assert list(document["policies"]) == ["bestfit", "ours"]
+    for entry in document["policies"].values():
+        assert list(entry["alloc_ratio"]) == ["100", "110", "120", "130"]
+        assert all(0.0 <= value <= 100.0 for value in entry["alloc_ratio"].values())
+        assert entry["alloc_ratio"]["130"] > 1.0  # percent, not a fraction
+        assert entry["seeds"] == [42, 43]
+        assert list(entry["alloc_ratio_std"]) == ["100", "110", "120", "130"]
+    assert "ours" in result.stderr  # a progress bar per policy
+
+
+def test_the_table_and_the_plot(tiny_trace, tmp_path):
+    plot = tmp_path / "openb.png"
+    result = bench_cli("--nodes", str(tiny_trace / "nodes.csv"), "--pods", str(tiny_trace / "pods.csv"),
+                       "--seeds", "1", "--plot", str(plot), "--jobs", "2")
+    for policy in openb.POLICIES:
+        assert f"\n{policy} " in result.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "tetris"], "--policy 'tetris': expected one of random, dotproduct, gpupacking, bestfit, fgd, ours"),
+        (["--seeds", "9-1"], "--seeds '9-1': expected a range like 42-51"),
+    ],
+)
+def test_bad_arguments_say_what_is_wrong(tiny_trace, args, message):
+    result = bench_cli("--nodes", str(tiny_trace / "nodes.csv"), "--pods", str(tiny_trace / "pods.csv"), *args, code=2)
+    assert message in result.stderr
+
+
+def test_a_missing_file(tiny_trace):
+    result = bench_cli("--nodes", str(tiny_trace / "nope.csv"), "--pods", str(tiny_trace / "pods.csv"), code=2)
+    assert "nope.csv: No such file or directory" in result.stderr

@@ -1,0 +1,172 @@
+"""Placement-quality policies on small clusters where the right node is known."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from scheduler_core import cluster, framework, nodes, openb, placement
+from tests.unit.builders import facts, node, pod
+from webhook import config
+
+GIB = "Gi"
+
+
+def only(policy: str, **extra: object) -> config.Scheduling:
+    """A policy's plugin alone, as `bench openb --policy` runs it."""
+    return config.Scheduling(weights=tuple((name, int(name == policy)) for name in config.SCORE_PLUGINS), **extra)
+
+
+def build(node_objects, bound=(), *, scheduling, workload=None, seed=0) -> framework.Framework:
+    model = cluster.Cluster()
+    for obj in node_objects:
+        model.set_node(nodes.parse(obj))
+    for obj in bound:
+        model.restore(facts(obj))
+    return framework.Framework(model, scheduling, workload=workload, rng=np.random.default_rng(seed))
+
+
+def workload_of(*pod_objects, times: int = 1) -> placement.Workload:
+    return placement.Workload.of([facts(obj) for obj in pod_objects] * times)
+
+
+# Each row: nodes, pods already bound, the pod, the node each policy must choose, and why.
+CASES = [
+    ("bestfit", [node("a"), node("b")], [pod("x", gpus=4, node_name="b", cpu="4")], pod("p", gpus=1, cpu="1"), "b",
+     "the node left with the fewest free GPUs and cpu"),
+    ("bestfit", [node("a", cpu="16"), node("b", cpu="128")], [], pod("p", gpus=1, cpu="1"), "a",
+     "equal GPUs: the node left with less cpu"),
+    ("dotproduct", [node("a", gpus=8, cpu="64"), node("b", gpus=2, cpu="16")], [], pod("p", gpus=1, cpu="8"), "b",
+     "the smallest dot product of free resources and request"),
+    ("gpupacking", [node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=500, node_name="b")],
+     pod("p", milli=300), "b", "a share goes onto a GPU already shared"),
+    ("gpupacking", [node("a", gpus=4), node("b", gpus=4)], [pod("x", gpus=1, node_name="b")],
+     pod("p", gpus=2), "b", "whole GPUs go to a node with GPUs in use before an idle node"),
+    ("gpupacking", [node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=800, node_name="b")],
+     pod("p", milli=500), "b", "no shared GPU with room: a node with GPUs in use before an idle node"),
+]
+
+
+@pytest.mark.parametrize(("policy", "node_objects", "bound", "pending", "expected", "why"), CASES,
+                         ids=[f"{c[0]}: {c[5]}" for c in CASES])
+def test_baselines_choose_the_published_node(policy, node_objects, bound, pending, expected, why):
+    for seed in range(5):  # ties are broken at random: the answer must not depend on the draw
+        decision = build(node_objects, bound, scheduling=only(policy), seed=seed).decide(facts(pending))
+        assert decision.node == expected, why
+
+
+def test_random_chooses_every_feasible_node_and_never_an_infeasible_one():
+    node_objects = [node("a", gpus=1), node("b", gpus=2), node("c", gpus=2), node("full", gpus=1)]
+    bound = [pod("x", gpus=1, node_name="full")]
+    chosen = Counter(build(node_objects, bound, scheduling=only("random"), seed=seed).decide(
+        facts(pod("p", gpus=1))).node for seed in range(60))
+    assert set(chosen) == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("free", "cpu_free", "shapes", "expected"),
+    [
+        # one whole-GPU shape: a half-used GPU's 500 cannot serve it; idle GPUs can
+        ([500, 1000], 64_000, [(1000, 1, 0)], 500),
+        # a 300 share uses both GPUs' free parts: nothing is a fragment
+        ([500, 1000], 64_000, [(1000, 0, 300)], 0),
+        # no cpu left for the shape: every idle thousandth is a fragment
+        ([500, 1000], 500, [(1000, 1, 0)], 1500),
+        # shapes weighted by popularity: (500 + 0) / 2
+        ([500, 1000], 64_000, [(1000, 1, 0), (1000, 0, 300)], 250),
+        # a shape asking for more whole GPUs than are idle cannot use any of them
+        ([1000, 1000, 0, 0], 64_000, [(1000, 4, 0)], 2000),
+    ],
+)
+def test_fgd_fragmentation_of_a_node(free, cpu_free, shapes, expected):
+    pods_ = [pod(f"s{i}", gpus=gpus, milli=milli or None, cpu=f"{cpu}m") for i, (cpu, gpus, milli) in enumerate(shapes)]
+    workload = workload_of(*pods_)
+    state = placement.NodeState(np.array([free]), np.array([cpu_free]), np.array([10**15]))
+    found = placement.fragmentation(state, workload.shapes(), np.ones((1, len(shapes)), dtype=bool))
+    assert found[0] == pytest.approx(expected)
+
+
+def test_fgd_puts_a_share_where_it_removes_fragmentation():
+    """Whole-GPU pods are the workload: a share fills the half-used GPU instead of breaking an idle one."""
+    fgd = build([node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=500, node_name="b")],
+                scheduling=only("fgd"), workload=workload_of(pod("w", gpus=1)))
+    decision = fgd.decide(facts(pod("p", milli=500)))
+    assert (decision.node, decision.devices[0].milli) == ("b", 500)
+
+
+def test_fgd_keeps_room_for_the_shapes_of_the_workload():
+    """Workload of 4-GPU pods: a 2-GPU pod leaves a's 4 idle GPUs whole and takes 2 of b's 8, where
+    6 idle still fit one; bestfit fills a and leaves 2 GPUs no typical pod can use."""
+    node_objects = [node("a"), node("b")]
+    bound = [pod("x", gpus=4, node_name="a")]
+    for seed in range(5):
+        fgd = build(node_objects, bound, scheduling=only("fgd"), workload=workload_of(pod("w", gpus=4)), seed=seed)
+        assert fgd.decide(facts(pod("p", gpus=2))).node == "b"
+    assert build(node_objects, bound, scheduling=only("bestfit")).decide(facts(pod("p", gpus=2))).node == "a"
+
+
+def test_the_typical_shapes_cover_95_percent_and_sum_to_one():
+    common = [pod(f"c{i}", gpus=1) for i in range(96)]
+    rare = [pod(f"r{i}", gpus=8) for i in range(4)]
+    shapes = placement.Workload.of([facts(p) for p in common + rare]).shapes()
+    assert shapes.gpus.tolist() == [1]
+    assert shapes.popularity.sum() == pytest.approx(1.0)
+
+
+def test_a_learned_workload_counts_each_pod_once():
+    workload = placement.Workload()
+    again = facts(pod("same", gpus=1))
+    for _ in range(10):
+        workload.observe(again)
+    workload.observe(facts(pod("other", gpus=2)))
+    assert sorted(workload.counts.values()) == [1, 1]
+
+
+# --- ours -------------------------------------------------------------------------------------------
+
+
+def test_ours_is_the_product_default():
+    assert config.Scheduling().weight_of("gpu-fragmentation") > 0
+    assert openb.scheduling_for(openb.OURS) == config.Scheduling()
+    assert all(config.Scheduling().weight_of(name) == 0 for name in openb.BASELINES)
+
+
+def test_ours_puts_cpu_only_pods_where_cpu_is_spare_not_where_gpus_need_it():
+    """GPU pods ask 12 cores per GPU: 64 cores taken from the 8-GPU, 96-core node would strand GPUs."""
+    gpu_dense = node("a-gpu-dense", gpus=8, cpu="96")
+    cpu_rich = node("b-cpu-rich", gpus=2, cpu="104")
+    seen = workload_of(pod("w", gpus=1, cpu="12"), times=1)
+    ours = build([gpu_dense, cpu_rich], scheduling=config.Scheduling(), workload=seen)
+    assert ours.decide(facts(pod("cpu-only", cpu="64"))).node == "b-cpu-rich"
+
+
+def test_ours_keeps_a_scarce_model_for_the_pods_that_need_it():
+    """A100 pods are a third of the demand but A100s a fifth of the GPUs: an any-GPU pod goes to the L4."""
+    a100 = node("a100", gpus=2, model="NVIDIA-A100-SXM4-40GB")
+    l4 = node("l4", gpus=8, model="NVIDIA-L4", memory_mib=23034)
+    seen = placement.Workload.of([facts(pod("any", gpus=1))] * 2 + [facts(pod("a", gpus=1, model="A100"))])
+    ours = build([a100, l4], scheduling=config.Scheduling(), workload=seen)
+    assert ours.decide(facts(pod("p", gpus=1))).node == "l4"
+    assert ours.decide(facts(pod("q", gpus=1, model="A100"))).node == "a100"
+    assert build([a100, l4], scheduling=only("bestfit")).decide(facts(pod("p", gpus=1))).node == "a100"
+
+
+def test_ours_fills_a_shared_gpu_before_breaking_an_idle_one():
+    ours = build([node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=500, node_name="b")],
+                 scheduling=config.Scheduling(), workload=workload_of(pod("w", gpus=1), pod("s", milli=500)))
+    decision = ours.decide(facts(pod("p", milli=500)))
+    assert (decision.node, decision.devices) == ("b", (decision.devices[0],))
+    assert ours.cluster.gpu_free[ours.cluster.index["b"], decision.devices[0].index] == 500
+
+
+def test_ours_stands_aside_when_the_admin_asks_for_spread():
+    spread = build([node("a"), node("b")], [pod("x", gpus=4, node_name="a")],
+                   scheduling=config.Scheduling(node_policy="spread"), workload=workload_of(pod("w", gpus=2)))
+    assert spread.decide(facts(pod("p", gpus=2))).node == "b"
+
+
+def test_ours_learns_the_shapes_from_the_pods_it_decides_on():
+    ours = build([node("a")], scheduling=config.Scheduling())
+    ours.place(facts(pod("p", gpus=1, cpu="4")))
+    ours.decide(facts(pod("q", milli=250, cpu="1")))
+    assert sorted(s.gpus * 1000 + s.gpu_milli for s in ours.workload.counts) == [250, 1000]
