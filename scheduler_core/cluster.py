@@ -66,11 +66,13 @@ class Cluster:
         self.spot = np.zeros(capacity, dtype=bool)
         self.zone = np.full(capacity, -1, dtype=np.int64)
         self.rank = np.zeros(capacity, dtype=np.int64)  # position in name order, for stable ties
+        # bumped whenever a row's facts or usage change: per-row caches recompute only what changed
+        self.row_version = np.zeros(capacity, dtype=np.int64)
 
     def _grow(self, capacity: int | None = None, max_gpus: int | None = None) -> None:
         old = {name: getattr(self, name) for name in (
             "alloc", "used", "present", "ready", "unschedulable", "gpu_count", "gpu_free", "whole_free",
-            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank")}
+            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank", "row_version")}
         rows = old["present"].shape[0]
         self._allocate(capacity or rows, max_gpus or old["gpu_free"].shape[1])
         for name, array in old.items():
@@ -138,6 +140,7 @@ class Cluster:
         if new or self.gpu_count[row] != facts.gpu_count:
             self.gpu_count[row] = facts.gpu_count
             self._rebuild_devices(row)
+        self.row_version[row] += 1
         return row
 
     def remove_node(self, name: str) -> None:
@@ -156,6 +159,7 @@ class Cluster:
         self.gpu_free[row] = 0
         self.whole_free[row] = 0
         self.gpu_used[row] = 0
+        self.row_version[row] += 1
         self._free_slots.append(row)
         self._ranked = False
         self.labels_version += 1
@@ -238,6 +242,7 @@ class Cluster:
                 self.app_in_zone[pod.app][int(self.zone[row])] += 1
 
     def _add_requests(self, row: int, pod: PodFacts, sign: int) -> None:
+        self.row_version[row] += 1
         for resource, amount in pod.requests.items():
             column = self.resources.get(resource)
             if column is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from scheduler_core.plugins import Cycle
 BESTFIT_CPU_SCALE = 128_000  # milli-cpu: BestFit's leftover CPU is counted against 128 cores
 BESTFIT_GPU_SCALE = 8 * GPU_MILLI  # ... and its leftover GPU against 8 GPUs
 TYPICAL_SHARE = 0.95  # FGD's typical shapes cover this share of the pods
+RESUMMARISE = 1024  # a learned workload's shapes are summarised again every this many new pods
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class Shapes:
     cpu_per_milli: float  # cpu per GPU thousandth of the shapes that use GPUs, popularity-weighted
     memory_per_milli: float
     constrained: tuple[tuple[tuple[frozenset[str], ...], float], ...]  # models -> share of all GPU demand
+    demands: np.ndarray  # the distinct per-GPU needs ...
+    demand_of: np.ndarray  # ... and which of them each shape has
 
 
 class Workload:
@@ -91,6 +95,7 @@ class Workload:
         self._changes = 0
         self._matches: dict[tuple[int, int], np.ndarray] = {}
         self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
+        self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, pods: Iterable[PodFacts], *, typical_share: float = TYPICAL_SHARE) -> Workload:
@@ -105,11 +110,12 @@ class Workload:
             self._seen.popitem(last=False)
         self.counts[shape_of(pod)] += 1
         self._changes += 1
-        # the mix settles quickly: summarise it again after 1, 2, 4, ... 256 pods, then every 256
-        if self._changes & (self._changes - 1) == 0 or self._changes % 256 == 0:
+        # the mix settles quickly: summarise it again after 1, 2, 4, ... 1024 pods, then every 1024
+        if self._changes & (self._changes - 1) == 0 or self._changes % RESUMMARISE == 0:
             self._shapes = None
             self._matches.clear()
             self._contention.clear()
+            self._costs.clear()
 
     def shapes(self) -> Shapes:
         if self._shapes is None:
@@ -127,6 +133,7 @@ class Workload:
             kept.append((shape, count))
             covered += count
         popularity = np.array([count for _, count in kept], dtype=float) / (covered or 1)
+        demands, demand_of = np.unique(np.array([s.per_gpu for s, _ in kept], dtype=np.int64), return_inverse=True)
         gpu = np.array([s.gpu_demand for s, _ in kept], dtype=float) * popularity
         using = gpu > 0
         gpu_total = float(gpu.sum()) or 1.0
@@ -147,6 +154,7 @@ class Workload:
             cpu_per_milli=float((cpu * popularity)[using].sum()) / gpu_total,
             memory_per_milli=float((memory * popularity)[using].sum()) / gpu_total,
             constrained=tuple((models, amount / demand_all) for models, amount in by_models.items()),
+            demands=demands, demand_of=demand_of,
         )
 
     def matches(self, cluster: Cluster) -> np.ndarray:
@@ -158,6 +166,25 @@ class Workload:
             found = self._matches[key] = _model_matrix(cluster, self.shapes().models)
         return found
 
+
+    def cost(self, key: tuple[Any, ...], cluster: Cluster, rows: np.ndarray,
+             compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """A per-row cost of placing pods of one shape, kept between decisions: only rows whose
+        usage or facts changed since (`Cluster.row_version`) are computed again."""
+        size = cluster.size
+        key = (*key, cluster.labels_version, size)
+        entry = self._costs.get(key)
+        if entry is None:
+            if len(self._costs) >= 256:
+                self._costs.clear()
+            entry = self._costs[key] = (np.full(size, -1, dtype=np.int64), np.zeros(size))
+        seen, cost = entry
+        versions = cluster.row_version[:size]
+        stale = rows[seen[rows] != versions[rows]]
+        if stale.size:
+            cost[stale] = compute(stale)
+            seen[stale] = versions[stale]
+        return cost[rows]
 
     def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
         """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh
@@ -182,17 +209,13 @@ class Workload:
 
 
 def _model_matrix(cluster: Cluster, wanted: Sequence[tuple[frozenset[str], ...]]) -> np.ndarray:
-    matrix = np.ones((cluster.size, len(wanted)), dtype=bool)
-    verdicts: dict[tuple[str | None, tuple[frozenset[str], ...]], bool] = {}
-    for column, models in enumerate(wanted):
-        if not models:
-            continue
-        for row, facts in enumerate(cluster.facts):
-            model = facts.gpu_model if facts is not None else None
-            if (model, models) not in verdicts:
-                verdicts[(model, models)] = predicates.model_matches(models, model)
-            matrix[row, column] = verdicts[(model, models)]
-    return matrix
+    """rows x `wanted`: whether each node's GPU model suits each list of alternatives (() suits all)."""
+    names: dict[str | None, int] = {}
+    model_of_row = np.array([names.setdefault(facts.gpu_model if facts is not None else None, len(names))
+                             for facts in cluster.facts], dtype=np.int64)
+    verdicts = np.array([[not models or predicates.model_matches(models, name) for models in wanted]
+                         for name in names], dtype=bool).reshape(len(names), len(wanted))
+    return verdicts[model_of_row] if model_of_row.size else np.ones((0, len(wanted)), dtype=bool)
 
 
 # --- the state of candidate nodes before and after the pod --------------------------------------
@@ -249,14 +272,13 @@ def fragmentation(state: NodeState, shapes: Shapes, matches: np.ndarray) -> np.n
     idle = free.sum(axis=1)
     if shapes.popularity.size == 0:
         return np.zeros(free.shape[0])
-    demands, which = np.unique(shapes.per_gpu, return_inverse=True)
-    unusable = np.stack([np.where(free < d, free, 0).sum(axis=1) for d in demands], axis=1)  # rows x demands
+    unusable = np.stack([np.where(free < d, free, 0).sum(axis=1) for d in shapes.demands], axis=1)  # rows x demands
     whole = (free == GPU_MILLI).sum(axis=1)
     largest = free.max(axis=1)
     fits = matches & (state.cpu_free[:, None] >= shapes.cpu[None, :])
     fits &= state.memory_free[:, None] >= shapes.memory[None, :]
     fits &= (whole[:, None] >= shapes.gpus[None, :]) & (largest[:, None] >= shapes.gpu_milli[None, :])
-    per_shape = np.where(fits, unusable[:, which], idle[:, None])
+    per_shape = np.where(fits, unusable[:, shapes.demand_of], idle[:, None])
     return per_shape @ shapes.popularity
 
 
@@ -302,25 +324,34 @@ def dot_product(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 
 def gpu_packing(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
-    """GPU Packing: a share onto a GPU already shared, then nodes with GPUs in use, idle nodes last."""
+    """GPU Packing, in three tiers with integer scores, ties at random (as the FGD paper's simulator):
+    a share onto an already shared GPU, 100 minus a tenth of that GPU's free percent (50 at least);
+    a node with GPUs in use, 50 minus the idle GPUs the pod takes (33 at least); an idle node,
+    33 minus its GPUs (but at least its GPUs). Pods without GPUs: all nodes alike."""
     cluster, pod = cycle.cluster, cycle.pod
-    free = cluster.gpu_free[rows]
+    if not pod.wants_gpu:
+        return _jitter(cycle, rows.size)
     count = cluster.gpu_count[rows]
-    in_use = cluster.gpu_used[rows] > 0
-    scores = np.where(in_use, 50.0, 0.0)
+    idle_node = cluster.whole_free[rows] == count
+    scores = np.where(idle_node, np.maximum(33 - count, count), max(50 - max(pod.gpus, 1), 33)).astype(float)
     if pod.gpu_milli:
-        partly = ((free >= pod.gpu_milli) & (free < GPU_MILLI)).any(axis=1)
-        scores = np.where(partly, 100.0, scores)
-    del count
+        best = cycle.extras["best_fit_free"][rows]
+        shared = best < GPU_MILLI
+        scores = np.where(shared & ~idle_node, np.maximum(100 - (best * 100 // GPU_MILLI) // 10, 50), scores)
     return scores + _jitter(cycle, rows.size)
 
 
 def fgd(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """FGD: the node whose expected fragmentation grows least with the pod on it."""
     workload = _workload(cycle)
-    shapes, matches = workload.shapes(), workload.matches(cycle.cluster)[rows]
-    growth = fragmentation(after(cycle, rows), shapes, matches) - fragmentation(before(cycle, rows), shapes, matches)
-    return _best_first(growth) + _jitter(cycle, rows.size)
+    shapes = workload.shapes()
+
+    def growth(subset: np.ndarray) -> np.ndarray:
+        matches = workload.matches(cycle.cluster)[subset]
+        return fragmentation(after(cycle, subset), shapes, matches) - fragmentation(before(cycle, subset), shapes, matches)
+
+    cost = workload.cost(("fgd", shape_of(cycle.pod), cycle.gpu_policy), cycle.cluster, rows, growth)
+    return _best_first(cost) + _jitter(cycle, rows.size)
 
 
 def stranding(state: NodeState, shapes: Shapes) -> np.ndarray:
@@ -349,15 +380,19 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         return np.zeros(rows.size)  # spreading is the admin's choice: this plugin stands aside
     workload = _workload(cycle)
     shapes = workload.shapes()
-    matches = workload.matches(cycle.cluster)[rows]
-    now, then = before(cycle, rows), after(cycle, rows)
-    cost = fragmentation(then, shapes, matches) - fragmentation(now, shapes, matches)
-    cost += STRANDING_WEIGHT * (stranding(then, shapes) - stranding(now, shapes))
     pod = cycle.pod
-    if pod.wants_gpu and shapes.constrained:
-        cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
-            cycle.cluster, pod.models)[rows]
-    return _best_first(cost)
+
+    def lost(subset: np.ndarray) -> np.ndarray:
+        matches = workload.matches(cycle.cluster)[subset]
+        now, then = before(cycle, subset), after(cycle, subset)
+        cost = fragmentation(then, shapes, matches) - fragmentation(now, shapes, matches)
+        cost += STRANDING_WEIGHT * (stranding(then, shapes) - stranding(now, shapes))
+        if pod.wants_gpu and shapes.constrained:
+            cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
+                cycle.cluster, pod.models)[subset]
+        return cost
+
+    return _best_first(workload.cost(("ours", shape_of(pod), cycle.gpu_policy), cycle.cluster, rows, lost))
 
 
 def _workload(cycle: Cycle) -> Workload:

@@ -42,6 +42,9 @@ CASES = [
      pod("p", milli=300), "b", "a share goes onto a GPU already shared"),
     ("gpupacking", [node("a", gpus=4), node("b", gpus=4)], [pod("x", gpus=1, node_name="b")],
      pod("p", gpus=2), "b", "whole GPUs go to a node with GPUs in use before an idle node"),
+    ("gpupacking", [node("a", gpus=2), node("b", gpus=2)],
+     [pod("x", milli=400, node_name="a"), pod("y", milli=700, node_name="b")], pod("p", milli=250), "b",
+     "of two shared GPUs, the one the share fills more tightly"),
     ("gpupacking", [node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=800, node_name="b")],
      pod("p", milli=500), "b", "no shared GPU with room: a node with GPUs in use before an idle node"),
 ]
@@ -53,6 +56,19 @@ def test_baselines_choose_the_published_node(policy, node_objects, bound, pendin
     for seed in range(5):  # ties are broken at random: the answer must not depend on the draw
         decision = build(node_objects, bound, scheduling=only(policy), seed=seed).decide(facts(pending))
         assert decision.node == expected, why
+
+
+def test_cached_costs_match_a_fresh_computation():
+    """Costs are kept per pod shape and recomputed only for rows that changed: the same as from scratch."""
+    shapes = [pod("w1", gpus=1, cpu="8"), pod("w2", milli=300, cpu="2"), pod("w4", gpus=4, cpu="16")]
+    node_objects = [node(f"n{i}", gpus=g, cpu=c) for i, (g, c) in enumerate([(8, "96"), (2, "104"), (4, "32")] * 3)]
+    kept = build(node_objects, scheduling=config.Scheduling(), workload=workload_of(*shapes))
+    for i, shape in enumerate([1, 300, 4, 300, 1, 1, 300, 4, 1, 300] * 2):
+        kept.place(facts(pod(f"p{i}", gpus=shape if shape < 10 else 0, milli=shape if shape >= 10 else None,
+                             cpu="4")))
+    probe = facts(pod("probe", milli=300, cpu="4"))  # a shape placed before: its costs are cached
+    fresh = framework.Framework(kept.cluster, config.Scheduling(), workload=workload_of(*shapes))
+    assert kept.decide(probe, explain=True).scores == fresh.decide(probe, explain=True).scores
 
 
 def test_random_chooses_every_feasible_node_and_never_an_infeasible_one():
