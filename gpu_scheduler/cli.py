@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     ensure.add_argument("--webhook-config", metavar="NAME", help="MutatingWebhookConfiguration whose caBundle to keep")
     ensure.add_argument("--ip", action="append", default=[], metavar="IP", help="an IP SAN (repeatable)")
     ensure.add_argument("--margin-days", type=int, default=30, help="renew when less is left (default 30)")
+    ensure.add_argument("--days", type=int, default=365, help="serving certificate validity (default 365)")
+    ensure.add_argument("--ca-days", type=int, default=3650, help="CA validity (default 3650)")
+    ensure.add_argument("--grace-minutes", type=int, default=10,
+                        help="after a CA rotation, keep trusting the old CA this long, so every webhook pod can "
+                             "load the new serving certificate first (default 10)")
+    ensure.add_argument("--every", metavar="DURATION",
+                        help="keep running: check again every DURATION (e.g. 12h, 30m), as a sidecar of the "
+                             "webhook does; without it, check once and exit (the init container)")
     ensure.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then $KUBECONFIG")
     ensure.set_defaults(run=_certs_ensure)
 
@@ -203,6 +213,18 @@ def _add_config_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", type=Path, metavar="FILE", help="config file, watched for changes")
     source.add_argument("--config-map", metavar="NS/NAME", help="ConfigMap watched through the API")
+
+
+def _duration(flag: str, value: str) -> Any:
+    """`90s`, `30m`, `12h`, `1d` as a timedelta."""
+    import datetime
+    import re
+
+    found = re.fullmatch(r"([1-9][0-9]*)([smhd])", value.strip())
+    if not found:
+        raise UsageError(f"{flag}: expected a duration such as 90s, 30m, 12h or 1d, got {value!r}")
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[found[2]]
+    return datetime.timedelta(**{unit: int(found[1])})
 
 
 def _namespaced(flag: str, value: str) -> tuple[str, str]:
@@ -388,14 +410,29 @@ def _certs_ensure(args: argparse.Namespace) -> int:
 
     secret = _namespaced("--secret", args.secret)
     service_namespace = args.service_namespace or secret[0]
-    if args.margin_days < 1:
-        raise UsageError(f"--margin-days: must be at least 1, got {args.margin_days}")
+    for flag, value, least in (("--margin-days", args.margin_days, 1), ("--days", args.days, 1),
+                               ("--ca-days", args.ca_days, 1), ("--grace-minutes", args.grace_minutes, 0)):
+        if value < least:
+            raise UsageError(f"{flag}: must be at least {least}, got {value}")
+    if args.ca_days <= args.days + args.margin_days:
+        raise UsageError(f"--ca-days: must exceed --days plus --margin-days ({args.days + args.margin_days}), "
+                         f"got {args.ca_days}: the CA must outlive the certificates it signs")
+    every = _duration("--every", args.every) if args.every else None
     policy = lifecycle.Policy(dns_names=lifecycle.dns_names_for(args.service, service_namespace),
-                              ip_addresses=tuple(args.ip), margin=datetime.timedelta(days=args.margin_days))
+                              ip_addresses=tuple(args.ip), margin=datetime.timedelta(days=args.margin_days),
+                              serving_days=args.days, ca_days=args.ca_days,
+                              grace=datetime.timedelta(minutes=args.grace_minutes))
+    ensure_args: dict[str, Any] = {"secret": secret, "policy": policy, "webhook_config": args.webhook_config,
+                                   "common_name": f"{args.service}.{service_namespace}.svc"}
     try:
         api = kubeclient.api_client(args.kubeconfig)
-        plan, updated = ensuring.ensure(api, secret=secret, policy=policy, webhook_config=args.webhook_config,
-                                        common_name=f"{args.service}.{service_namespace}.svc")
+        if every is not None:
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            ensuring.keep(api, every=every, stop=stop, **ensure_args)
+            return 0
+        plan, updated = ensuring.ensure(api, **ensure_args)
     except kubeclient.NoCredentials as err:
         raise UsageError(f"cannot reach a cluster: {err}") from err
     except ValueError as err:

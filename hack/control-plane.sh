@@ -4,7 +4,8 @@
 # machine's Go toolchain. Nothing is downloaded as a prebuilt binary and nothing lands in
 # the repository: the generated build modules and the binaries live in a cache directory.
 #
-#   hack/control-plane.sh build      build unless the cache already holds this exact set
+#   hack/control-plane.sh build      build unless the cache already holds this exact set; also fetch the
+#                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test
 #   hack/control-plane.sh path       print the bin directory
 #   hack/control-plane.sh versions   print each binary's version
 #
@@ -12,6 +13,7 @@
 #   GPU_SCHEDULER_CONTROL_PLANE_DIR   output dir (default ~/.cache/gpu-scheduler/control-plane/<k8s version>)
 #   GPU_SCHEDULER_KUBERNETES_VERSION  k8s.io/kubernetes version (default v1.36.3)
 #   GPU_SCHEDULER_ETCD_VERSION        go.etcd.io/etcd/server/v3 version (default v3.6.16)
+#   GPU_SCHEDULER_CERT_MANAGER_VERSION  github.com/cert-manager/cert-manager version for the CRDs (default v1.21.2)
 #   GPU_SCHEDULER_GOTOOLCHAIN         toolchain to fetch when the machine's Go is too old (default go1.27.3)
 #   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again
 #   GO                                the go command (default: go on PATH, else /usr/local/go/bin/go)
@@ -19,11 +21,13 @@ set -Eeuo pipefail
 
 KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
 ETCD_VERSION="${GPU_SCHEDULER_ETCD_VERSION:-v3.6.16}"
+CERT_MANAGER_VERSION="${GPU_SCHEDULER_CERT_MANAGER_VERSION:-v1.21.2}"
 FALLBACK_TOOLCHAIN="${GPU_SCHEDULER_GOTOOLCHAIN:-go1.27.3}"
 OUT_DIR="${GPU_SCHEDULER_CONTROL_PLANE_DIR:-$HOME/.cache/gpu-scheduler/control-plane/$KUBE_VERSION}"
 BIN_DIR="$OUT_DIR/bin"
 WORK_DIR="$OUT_DIR/build"
 STAMP="$OUT_DIR/.stamp"
+CRD_DIR="$OUT_DIR/crds/cert-manager"
 BINARIES=(etcd kube-apiserver kube-scheduler kubectl)
 
 # "v1.36.3" -> major 1, minor 36, staging modules v0.36.3
@@ -215,7 +219,24 @@ build_etcd() {
         "$GO_BIN" build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$WORK_DIR/out/etcd" go.etcd.io/etcd/server/v3
 }
 
+# The cert-manager.io CRDs, so the apiserver validates the cert-manager overlay's Certificates and Issuers.
+fetch_cert_manager_crds() {
+    [[ "$(cat "$CRD_DIR/.version" 2>/dev/null)" != "$CERT_MANAGER_VERSION" ]] || return 0
+    step "find the Go toolchain"
+    GO_BIN="$(find_go)" || fail "no go command found (set GO=/path/to/go)"
+    step "download github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION (its CRDs)"
+    GOFLAGS=-modcacherw download_module github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION"
+    compgen -G "$MODULE_DIR/deploy/crds/cert-manager.io_*.yaml" >/dev/null ||
+        fail "no deploy/crds/cert-manager.io_*.yaml in github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"
+    mkdir -p "$CRD_DIR"
+    cp "$MODULE_DIR"/deploy/crds/cert-manager.io_*.yaml "$CRD_DIR/"
+    chmod u+w "$CRD_DIR"/*.yaml
+    echo "$CERT_MANAGER_VERSION" >"$CRD_DIR/.version"
+    log "cert-manager $CERT_MANAGER_VERSION CRDs in $CRD_DIR"
+}
+
 cmd_build() {
+    fetch_cert_manager_crds
     if [[ "${GPU_SCHEDULER_REBUILD:-0}" != 1 ]] && all_binaries_present &&
         [[ "$(cat "$STAMP" 2>/dev/null)" == "$(stamp_text)" ]]; then
         log "control plane already built in $BIN_DIR ($(stamp_text)): skipping the build"
@@ -244,9 +265,10 @@ cmd_build() {
 case "${1:-}" in
 build) cmd_build ;;
 path) echo "$BIN_DIR" ;;
+crds) echo "$CRD_DIR" ;;
 versions) cmd_versions ;;
 *)
-    echo "usage: $0 build|path|versions" >&2
+    echo "usage: $0 build|path|crds|versions" >&2
     exit 2
     ;;
 esac

@@ -8,6 +8,8 @@ it before any worker starts); otherwise the default registry.
 from __future__ import annotations
 
 import os
+import struct
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client import REGISTRY, CONTENT_TYPE_LATEST
@@ -49,9 +51,20 @@ CONFIG_LAST_SUCCESS = Gauge(
 
 
 def exposition() -> bytes:
-    """All metrics in the text format, summed over gunicorn workers when there are several."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    """All metrics in the text format, summed over gunicorn workers when there are several.
+
+    A worker that is just starting creates its metrics file before it writes the file's header;
+    read in between, the empty file fails to parse, so the read is tried again a moment later.
+    """
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return generate_latest(REGISTRY)
+    for attempt in range(5):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
-    return generate_latest(REGISTRY)
+        try:
+            return generate_latest(registry)
+        except struct.error:
+            time.sleep(0.01 * (attempt + 1))
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)

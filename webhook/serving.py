@@ -9,15 +9,19 @@ HTTP: kube-scheduler may call an extender over http (`enableHTTPS: false`), the 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import ssl
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,53 @@ class ServerOptions:
     proc_name: str = "gpu-scheduler-webhook"
 
 
-def _tls_context(_: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    context = default_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
+class ServingCertificate:
+    """gunicorn's TLS context hook: a context per certificate version, not per connection.
+
+    gunicorn asks for a context for every accepted connection, which would parse the key each
+    time; this one is rebuilt only when the files change, which is also how a renewed Secret
+    reaches new connections without a restart. The kubelet swaps a Secret volume atomically, yet
+    a reader can still open tls.crt of one version and tls.key of the next: a pair that does not
+    load leaves the previous context serving (still valid: renewal is weeks early, and a rotated
+    CA stays trusted for a grace period), and the next connection tries again.
+    """
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+        self._stamp: tuple[tuple[int, ...], ...] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        stamp = _stamp(conf.certfile), _stamp(conf.keyfile)
+        with self._lock:
+            if self._context is not None and stamp == self._stamp:
+                return self._context
+            try:
+                context = default_factory()
+            except (ssl.SSLError, OSError, ValueError) as err:
+                if self._context is None:
+                    raise
+                log.warning("serving certificate %s with key %s does not load (%s): new connections keep the "
+                            "previous certificate until it does", conf.certfile, conf.keyfile, err)
+                return self._context
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._context, self._stamp = context, stamp
+            return context
+
+
+def _load_certificate(worker: Any) -> None:
+    """Every worker holds a good context before its first connection, to fall back on later."""
+    from gunicorn import sock
+
+    sock.ssl_context(worker.cfg)
+
+
+def _stamp(path: str) -> tuple[int, ...]:
+    try:
+        found = os.stat(path)  # follows the kubelet's ..data symlinks to the current version
+    except OSError:
+        return ()
+    return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size
 
 
 def _child_exit(_: Any, worker: Any) -> None:
@@ -92,7 +139,8 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
     if options.cert_file is not None or options.key_file is not None:
         if options.cert_file is None or options.key_file is None:
             raise ValueError("cert_file and key_file go together: both for TLS, neither for plain HTTP")
-        gunicorn_options.update(certfile=options.cert_file, keyfile=options.key_file, ssl_context=_tls_context)
+        gunicorn_options.update(certfile=options.cert_file, keyfile=options.key_file, ssl_context=ServingCertificate(),
+                                post_worker_init=_load_certificate)
     try:
         _Server(load_app, gunicorn_options).run()
     finally:

@@ -64,7 +64,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 WEBHOOK_NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
-WEBHOOK_USER = f"system:serviceaccount:{WEBHOOK_NAMESPACE}:gpu-scheduler-webhook"
 E2E_CONFIG = """\
 schedulerName: gpu-scheduler
 admission:
@@ -110,12 +109,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def scheduler_kubeconfig(plane: cp.ControlPlane, installed_webhook: Any) -> Any:
-    """Credentials of the scheduler's service account with the shipped RBAC applied: the e2e tests run
-    `gpu-scheduler run` with exactly the permissions an installation gives it."""
+    """A token of the scheduler's service account (TokenRequest) with the shipped RBAC applied: the e2e
+    tests run `gpu-scheduler run` with exactly the permissions an installation gives it."""
     from tests.e2e import installing
 
-    installing.kubectl(plane, "apply", "-f", str(installing.MANIFESTS / "scheduler" / "rbac.yaml"))
-    return plane.kubeconfig_for(
-        f"system:serviceaccount:{WEBHOOK_NAMESPACE}:gpu-scheduler",
-        ["system:serviceaccounts", f"system:serviceaccounts:{WEBHOOK_NAMESPACE}", "system:authenticated"],
-    )
+    installing.kubectl(plane, "apply", "-f", str(installing.BASE / "scheduler" / "rbac.yaml"))
+    return plane.kubeconfig_for_service_account(WEBHOOK_NAMESPACE, "gpu-scheduler")

@@ -356,6 +356,30 @@ class ControlPlane:
         _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
         return path
 
+    def kubeconfig_for_service_account(self, namespace: str, name: str, *, hours: int = 6) -> Path:
+        """A kubeconfig with a token of the ServiceAccount from the TokenRequest API, as a Pod of that
+        account gets one: the apiserver's own service-account authenticator and RBAC decide what it may do."""
+        from kubernetes import client
+
+        core: Any = client.CoreV1Api(self.api_client())
+        request = core.create_namespaced_service_account_token(
+            name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                              "spec": {"expirationSeconds": hours * 3600}})
+        self._kubeconfigs += 1
+        path = self.dir / f"sa-{namespace}-{name}-{self._kubeconfigs}.kubeconfig"
+        user = f"system:serviceaccount:{namespace}:{name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.server,
+                                                     "certificate-authority-data": _b64(self.ca.cert_pem)}}],
+            "users": [{"name": user, "user": {"token": request.status.token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+        _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+        return path
+
     def ssl_context(self, user: str, groups: Iterable[str] = ()) -> ssl.SSLContext:
         """An SSL context trusting the apiserver and presenting a client cert, for raw HTTPS."""
         pair = self._client_pair(user, groups)
@@ -374,18 +398,21 @@ class ControlPlane:
 
     # --- kube-scheduler --------------------------------------------------------------------
 
-    def start_scheduler(self, config_yaml: str = "", *, timeout: float = 60.0) -> Scheduler:
+    def start_scheduler(self, config_yaml: str = "", *, timeout: float = 60.0, kubeconfig: Path | None = None,
+                        leader_elect: bool = False) -> Scheduler:
         """Start kube-scheduler with a KubeSchedulerConfiguration (v1).
 
-        `clientConnection.kubeconfig` is set to the admin kubeconfig and leader election is
-        turned off, whatever the given YAML says about them; everything else (profiles,
-        extenders) is the caller's.
+        `clientConnection.kubeconfig` is set to `kubeconfig` (default: the admin one), which also
+        authenticates and authorizes callers of its endpoints, and leader election is off unless
+        `leader_elect`, whatever the given YAML says; everything else (profiles, extenders, the
+        Lease's name) is the caller's.
         """
+        kubeconfig = kubeconfig or self.kubeconfig
         config: dict[str, Any] = yaml.safe_load(config_yaml) or {}
         config.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1")
         config.setdefault("kind", "KubeSchedulerConfiguration")
-        config.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
-        config.setdefault("leaderElection", {})["leaderElect"] = False
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
+        config.setdefault("leaderElection", {})["leaderElect"] = leader_elect
         index = sum(1 for p in self._components if p.name == "kube-scheduler")
         config_path = self.dir / f"kube-scheduler-{index}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -399,8 +426,8 @@ class ControlPlane:
                 [
                     str(self.bin_dir / "kube-scheduler"),
                     f"--config={config_path}",
-                    f"--authentication-kubeconfig={self.kubeconfig}",
-                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={port}",
                     f"--cert-dir={cert_dir}",

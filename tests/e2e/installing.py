@@ -19,6 +19,7 @@ from tests.e2e import controlplane as cp
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "manifests"
+BASE = MANIFESTS / "base"
 NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
 SERVICE_ACCOUNT = "gpu-scheduler-webhook"
@@ -46,7 +47,7 @@ def configmap(text: str) -> dict[str, Any]:
 
 def webhook_configuration(url: str, ca_bundle: str, *, failure_policy: str = "Ignore") -> dict[str, Any]:
     """The shipped MutatingWebhookConfiguration with a URL client config on loopback."""
-    shipped = yaml.safe_load((MANIFESTS / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
+    shipped = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
     derived = copy.deepcopy(shipped)
     hook = derived["webhooks"][0]
     hook["clientConfig"] = {"url": url, "caBundle": ca_bundle}
@@ -89,15 +90,12 @@ class Installation:
 
 
 def install_webhook(plane: cp.ControlPlane, api: Any, work: Path, config_text: str) -> Installation:
-    kubectl(plane, "apply", "-f", str(MANIFESTS / "namespace.yaml"))
-    kubectl(plane, "apply", "-f", str(MANIFESTS / "webhook" / "rbac.yaml"))
+    kubectl(plane, "apply", "-f", str(BASE / "namespace.yaml"))
+    kubectl(plane, "apply", "-f", str(BASE / "webhook" / "rbac.yaml"))
     kubectl(plane, "apply", "-f", "-", stdin=yaml.safe_dump(configmap(config_text)))
-    # The webhook authenticates as its service account (client certificate user of that name),
+    # The webhook authenticates with a token of its service account (TokenRequest), as in its Pod,
     # so the test proves the shipped RBAC is enough.
-    kubeconfig = plane.kubeconfig_for(
-        f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
-    )
+    kubeconfig = plane.kubeconfig_for_service_account(NAMESPACE, SERVICE_ACCOUNT)
     certs = servers.generate_certs(work / "certs")
     server = _start(certs, work, kubeconfig)
     installation = Installation(plane, api, server, certs, work, kubeconfig)

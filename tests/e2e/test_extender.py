@@ -28,7 +28,8 @@ from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
 from tests.e2e.scheduling import SchedulerProcess, overcommit_problems
 
-SHIPPED = Path(__file__).parents[2] / "manifests" / "scheduler" / "kube-scheduler-extender-config.yaml"
+SHIPPED = Path(__file__).parents[2] / "manifests" / "base" / "scheduler" / "kube-scheduler-extender-config.yaml"
+OVERLAY = Path(__file__).parents[2] / "manifests" / "overlays" / "extender"
 SUFFIX = uuid.uuid4().hex[:5]
 POOL = f"ext-{SUFFIX}"
 MANAGED = f"gpu-extender-{SUFFIX}"  # profile of the kube-scheduler that runs the shipped configuration
@@ -66,13 +67,15 @@ def extender(plane: cp.ControlPlane, pool: None, tmp_path_factory: pytest.TempPa
     server.stop()
 
 
-def start_extender(kubeconfig: Path, config_file: Path, log_dir: Path) -> SchedulerProcess:
+def start_extender(kubeconfig: Path, config_file: Path | None, log_dir: Path,
+                   config_map: str | None = None) -> SchedulerProcess:
     """`gpu-scheduler extender` on a free loopback port, once /readyz says both watches have listed."""
+    source = ["--config", str(config_file)] if config_file else ["--config-map", str(config_map)]
     for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
         port = servers.free_port()
         log = log_dir / f"extender-{port}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_scheduler", "extender", "--config", str(config_file),
+            [sys.executable, "-m", "gpu_scheduler", "extender", *source,
              "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=os.environ.copy(),
         )
@@ -252,3 +255,47 @@ def test_the_served_extender_refuses_malformed_calls_and_counts_every_call(exten
                    'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}',
                    'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}'):
         assert series in text, series
+
+
+def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, api, core, pool, namespace,
+                                                                         installed_webhook,
+                                                                         tmp_path):
+    """The overlay as installed: the real kube-scheduler runs its KubeSchedulerConfiguration (leader election
+    included) with a token of the overlay's account, and the extender reads the ConfigMap with a token of its
+    own; a whole-GPU pod and a GPU share are both bound through the extender, with devices."""
+    from tests.e2e.installing import NAMESPACE, kubectl
+
+    for manifest in ("extender.yaml", "kube-scheduler.yaml"):
+        kubectl(plane, "apply", "-f", str(OVERLAY / manifest))
+    pool = f"overlay-{SUFFIX}"
+    nodes = [f"{pool}-a100", f"{pool}-l4"]
+    cp.create_gpu_node(api, nodes[0], gpus=2, labels={"e2e-pool": pool})
+    cp.create_gpu_node(api, nodes[1], gpus=1, model="NVIDIA-L4", memory_mib=24576, labels={"e2e-pool": pool})
+    server = start_extender(plane.kubeconfig_for_service_account(NAMESPACE, "gpu-scheduler-extender"), None,
+                            tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config")
+    shipped = yaml.safe_load((OVERLAY / "kube-scheduler-config.yaml").read_text())
+    profile = f"gpu-overlay-{SUFFIX}"  # the shipped `gpu-scheduler` would also take other tests' pods
+    assert [p["schedulerName"] for p in shipped["profiles"]] == ["gpu-scheduler"]
+    shipped["profiles"] = [{"schedulerName": profile}]
+    shipped["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{server.port}"
+    scheduler = plane.start_scheduler(yaml.safe_dump(shipped), leader_elect=True,
+                                      kubeconfig=plane.kubeconfig_for_service_account(NAMESPACE, "gpu-kube-scheduler"))
+    try:
+        bodies = [gpu_pod(f"{pool}-whole", profile, gpus=2, model="A100"),
+                  gpu_pod(f"{pool}-share", profile, milli=300, model="L4")]
+        for body in bodies:
+            body["spec"]["nodeSelector"] = {"e2e-pool": pool}
+        create(core, namespace, bodies)
+        names = {b["metadata"]["name"] for b in bodies}
+        wait_for(lambda: all(p.spec.node_name for p in pods_by_name(core, namespace, names).values()),
+                 "the overlay's kube-scheduler to bind both pods through the extender", timeout=60)
+        placed = pods_by_name(core, namespace, names)
+        assert placed[f"{pool}-whole"].spec.node_name == nodes[0]
+        assert [d["milli"] for d in devices(placed[f"{pool}-whole"])] == [1000, 1000]
+        assert placed[f"{pool}-share"].spec.node_name == nodes[1]
+        assert [d["milli"] for d in devices(placed[f"{pool}-share"])] == [300]
+        lease: Any = client.CoordinationV1Api(api).read_namespaced_lease("gpu-kube-scheduler", NAMESPACE)
+        assert lease.spec.holder_identity
+    finally:
+        scheduler.stop()
+        server.stop()

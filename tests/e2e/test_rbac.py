@@ -1,8 +1,8 @@
 """The shipped RBAC, checked against the real apiserver: enough for each job, nothing dangerous.
 
-Sufficiency is shown by the other e2e tests, which run the webhook and the scheduler with their
-service accounts' identities; here `certs ensure` does its job as the webhook's account, and
-`kubectl auth can-i` confirms what neither account may do.
+Sufficiency is shown by the other e2e tests, which run the webhook and the scheduler with tokens
+of their service accounts (TokenRequest); here `certs ensure` does its whole job with the webhook's,
+and `kubectl auth can-i` confirms what neither account may do.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.installing import MANIFESTS, kubectl
+from tests.e2e.installing import BASE, kubectl
 
 WEBHOOK = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler-webhook"
 SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
@@ -21,7 +21,7 @@ SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
 
 @pytest.fixture(scope="module")
 def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
-    kubectl(plane, "apply", "-f", str(MANIFESTS / "webhook" / "rbac.yaml"))
+    kubectl(plane, "apply", "-f", str(BASE / "webhook" / "rbac.yaml"))
     return plane
 
 
@@ -73,12 +73,29 @@ def test_the_permissions_each_job_needs_are_there(rbac, user, verb, resource, na
     assert can(rbac, user, verb, resource, namespace)
 
 
-def test_certs_ensure_runs_as_the_webhook_account(rbac):
-    kubeconfig = rbac.kubeconfig_for(WEBHOOK, ["system:serviceaccounts", "system:serviceaccounts:gpu-scheduler",
-                                               "system:authenticated"])
+def test_certs_ensure_does_its_whole_job_with_a_token_of_the_webhook_account(rbac, installed_webhook):
+    """Create the Secret, keep the installed webhook configuration's caBundle, reuse: all as the account."""
+    import base64
+
+    from kubernetes import client
+
+    admission: Any = client.AdmissionregistrationV1Api(rbac.api_client())
+    original = admission.read_mutating_webhook_configuration("gpu-scheduler").webhooks[0].client_config.ca_bundle
+    kubeconfig = rbac.kubeconfig_for_service_account("gpu-scheduler-system", "gpu-scheduler-webhook")
     command = [sys.executable, "-m", "gpu_scheduler", "certs", "ensure", "--kubeconfig", str(kubeconfig),
-               "--secret", "gpu-scheduler-system/gpu-scheduler-webhook-tls", "--service", "gpu-scheduler-webhook"]
-    first = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert first.returncode == 0, first.stderr
-    second = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert second.returncode == 0 and "reuse" in second.stdout, second.stderr
+               "--secret", "gpu-scheduler-system/gpu-scheduler-webhook-tls", "--service", "gpu-scheduler-webhook",
+               "--webhook-config", "gpu-scheduler"]
+    try:
+        first = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert first.returncode == 0, first.stderr
+        assert "caBundle updated in 1 webhook(s)" in first.stdout
+        secret = client.CoreV1Api(rbac.api_client()).read_namespaced_secret(
+            "gpu-scheduler-webhook-tls", "gpu-scheduler-system")
+        bundle = admission.read_mutating_webhook_configuration("gpu-scheduler").webhooks[0].client_config.ca_bundle
+        assert (base64.b64encode(bundle).decode() if isinstance(bundle, bytes) else bundle) == secret.data["ca.crt"]
+        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and "reuse" in second.stdout, second.stderr
+    finally:  # the installed webhook serves the certificate of `certs generate`: trust it again
+        value = base64.b64encode(original).decode() if isinstance(original, bytes) else original
+        admission.patch_mutating_webhook_configuration(
+            "gpu-scheduler", [{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": value}])

@@ -361,3 +361,45 @@ def test_a_renewed_serving_certificate_is_used_without_a_restart(tmp_path):
         old_conn.close()
     finally:
         server.stop()
+
+
+def test_a_certificate_and_key_that_do_not_match_keep_the_previous_certificate_serving(tmp_path):
+    """A reader can catch tls.crt of one Secret version with tls.key of the next: new connections then
+    keep the previous certificate (and say why in the log) until the pair loads."""
+    import shutil
+
+    from cryptography import x509
+
+    from certs import files, pki
+
+    certs_dir = servers.generate_certs(tmp_path / "certs")
+    volume = ConfigVolume(tmp_path / "config")
+    volume.write(CONFIG_V1)
+    server = servers.start_webhook(certs_dir, tmp_path, "--config", str(volume.file), env={"KUBECONFIG": "/nonexistent"})
+
+    def served_serial() -> int:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        fresh = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
+        fresh.request("GET", "/healthz")
+        assert fresh.getresponse().status == 200
+        serial = x509.load_der_x509_certificate(fresh.sock.getpeercert(binary_form=True)).serial_number
+        fresh.close()
+        return serial
+
+    try:
+        before = served_serial()
+        ca = pki.new_ca("next")
+        next_pair = pki.issue(ca, "wh", dns_names=["wh"], ip_addresses=["127.0.0.1"])
+        staging = tmp_path / "staging"
+        files.write_serving_bundle(staging, ca, next_pair)
+        shutil.copy(staging / "tls.crt", certs_dir / ".tls.crt.tmp")  # the new certificate, the old key
+        os.replace(certs_dir / ".tls.crt.tmp", certs_dir / "tls.crt")
+        assert [served_serial() for _ in range(3)] == [before] * 3
+        servers.eventually(lambda: "does not load" in server.logs(), timeout=5)
+
+        shutil.copy(staging / "tls.key", certs_dir / ".tls.key.tmp")  # the pair complete
+        os.replace(certs_dir / ".tls.key.tmp", certs_dir / "tls.key")
+        assert served_serial() == next_pair.certificate.serial_number
+    finally:
+        server.stop()

@@ -100,3 +100,21 @@ def test_certs_generate_bad_ip(tmp_path):
 )
 def test_webhook_argument_errors(args, message):
     assert message in run("webhook", *args, check_code=2).stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--every", "12 hours"], "--every: expected a duration such as 90s, 30m, 12h or 1d, got '12 hours'"),
+        (["--every", "0h"], "--every: expected a duration"),
+        (["--margin-days", "0"], "--margin-days: must be at least 1, got 0"),
+        (["--grace-minutes", "-1"], "--grace-minutes: must be at least 0, got -1"),
+        (["--ca-days", "300"], "--ca-days: must exceed --days plus --margin-days (395), got 300"),
+        (["--days", "30", "--ca-days", "60", "--margin-days", "31"], "must exceed --days plus --margin-days (61)"),
+        (["--secret", "no-namespace"], "--secret: expected NAMESPACE/NAME, got 'no-namespace'"),
+    ],
+)
+def test_certs_ensure_argument_errors_name_the_flag(args, message):
+    base = {"--secret": "ns/wh-tls", "--service": "wh"}
+    flags = [item for flag, value in base.items() if flag not in args for item in (flag, value)]
+    assert message in run("certs", "ensure", *flags, *args, check_code=2).stderr

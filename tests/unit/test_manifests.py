@@ -9,12 +9,26 @@ import yaml
 from webhook import config
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
+BASE = MANIFESTS / "base"
 K8S_VERSION = "1.36.0"
 # Component configuration, not API objects: a component reads them (--config), kubectl does not apply them.
 # They are loaded and checked by the tests of the component that uses them (tests/unit/test_extender.py).
 CONFIG_KINDS = {"KubeSchedulerConfiguration"}
-# Custom resources of the Prometheus Operator: no schema in kubernetes-validate; checked by shape below.
-CRD_GROUPS = ("monitoring.coreos.com/",)
+# Custom resources (Prometheus Operator, cert-manager): no schema in kubernetes-validate; the Prometheus
+# ones are checked by shape below, cert-manager's by the real apiserver with its CRDs (tests/e2e).
+CRD_GROUPS = ("monitoring.coreos.com/", "cert-manager.io/")
+# Given to the cluster's own kube-scheduler with --config, not through a kustomization.
+STANDALONE_CONFIG = "base/scheduler/kube-scheduler-extender-config.yaml"
+
+
+def kustomizations():
+    return [(k.parent, yaml.safe_load(k.read_text())) for k in MANIFESTS.rglob("kustomization.yaml")]
+
+
+def patch_files():
+    """Strategic-merge patches of the overlays: partial objects, checked once merged (tests/e2e)."""
+    return {(base / patch["path"]).resolve() for base, k in kustomizations() for patch in k.get("patches", [])
+            if "path" in patch}
 
 
 def is_config(path):
@@ -22,7 +36,10 @@ def is_config(path):
 
 
 def documents():
+    patches = patch_files()
     for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if path.resolve() in patches:
+            continue
         for document in yaml.safe_load_all(path.read_text()):
             if (document and document.get("kind") not in {"Kustomization", *CONFIG_KINDS}
                     and not str(document.get("apiVersion", "")).startswith(CRD_GROUPS)):
@@ -35,14 +52,16 @@ def test_manifest_is_valid_kubernetes(document):
 
 
 def test_kustomizations_list_every_manifest():
-    """The base and its sibling kustomizations (manifests/monitoring) together list every object file."""
-    listed = set()
-    for kustomization in MANIFESTS.rglob("kustomization.yaml"):
-        base = kustomization.parent
-        for resource in yaml.safe_load(kustomization.read_text())["resources"]:
-            listed.add(str((base / resource).relative_to(MANIFESTS)))
-    files = {str(p.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("*.yaml")
-             if p.name != "kustomization.yaml" and not is_config(p)}
+    """The base, the overlays and manifests/monitoring together use every file (as a resource, a patch or a
+    generator's input); the one exception is the configuration for a cluster's own kube-scheduler."""
+    listed = {STANDALONE_CONFIG}
+    for base, kustomization in kustomizations():
+        used = [*kustomization.get("resources", []), *(p["path"] for p in kustomization.get("patches", []) if "path" in p),
+                *(f.split("=")[-1] for g in kustomization.get("configMapGenerator", []) for f in g.get("files", []))]
+        for entry in used:
+            if (base / entry).is_file():
+                listed.add(str((base / entry).resolve().relative_to(MANIFESTS)))
+    files = {str(p.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert listed == files
 
 
@@ -78,13 +97,13 @@ def test_dashboard_queries_only_metrics_the_components_export():
 
 
 def test_shipped_configmap_holds_a_valid_config():
-    configmap = yaml.safe_load((MANIFESTS / "config.yaml").read_text())
+    configmap = yaml.safe_load((BASE / "config.yaml").read_text())
     settings = config.from_configmap(configmap)
     assert settings.scheduler_name == "gpu-scheduler"
 
 
 def test_webhook_configuration_selects_opted_in_namespaces_and_spares_opted_out_pods():
-    hook = yaml.safe_load((MANIFESTS / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())["webhooks"][0]
+    hook = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())["webhooks"][0]
     assert hook["namespaceSelector"] == {
         "matchLabels": {"gpu-scheduler.io/inject": "enabled"},
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
