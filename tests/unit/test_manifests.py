@@ -69,7 +69,7 @@ def test_service_monitors_select_services_that_expose_the_named_port():
     services = [d for p in MANIFESTS.rglob("*.yaml") for d in yaml.safe_load_all(p.read_text())
                 if d and d.get("kind") == "Service"]
     monitors = list(yaml.safe_load_all((MANIFESTS / "monitoring" / "servicemonitors.yaml").read_text()))
-    assert len(monitors) == 2
+    assert len(monitors) == 3
     for monitor in monitors:
         wanted = monitor["spec"]["selector"]["matchLabels"]
         matching = [s for s in services if wanted.items() <= s["metadata"].get("labels", {}).items()]
