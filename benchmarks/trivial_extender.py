@@ -54,4 +54,5 @@ if __name__ == "__main__":
 
     kubeconfig, port = sys.argv[1], int(sys.argv[2])
     serving.serve(lambda: create_app(kubeconfig),
-                  serving.ServerOptions(host="127.0.0.1", port=port, workers=1, threads=32, log_level="warning"))
+                  serving.ServerOptions(host="127.0.0.1", port=port, workers=1, threads=32, log_level="warning",
+                                        worker_class="webhook.workers.LingeringThreadWorker"))

@@ -278,7 +278,7 @@ def _extender(args: argparse.Namespace) -> int:
             cert_file=args.cert, key_file=args.key, host=args.host, port=args.port,
             workers=1,  # one model: a second worker would keep its own and could give a GPU twice
             threads=args.threads, log_level=args.log_level, access_log=args.access_log,
-            proc_name="gpu-scheduler-extender",
+            proc_name="gpu-scheduler-extender", worker_class="webhook.workers.LingeringThreadWorker",
         ),
         preload=("scheduler_core.extender",),
     )

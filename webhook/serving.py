@@ -36,6 +36,8 @@ class ServerOptions:
     log_level: str = "info"
     access_log: bool = False
     proc_name: str = "gpu-scheduler-webhook"
+    # the extender's client (kube-scheduler) sends call after call on one connection: LingeringThreadWorker
+    worker_class: str = "webhook.workers.IdleTolerantThreadWorker"
 
 
 class ServingCertificate:
@@ -123,7 +125,7 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
     gunicorn_options = {
         "bind": [f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"],
         "workers": options.workers,
-        "worker_class": "webhook.workers.IdleTolerantThreadWorker",
+        "worker_class": options.worker_class,
         "threads": options.threads,
         "keepalive": options.keepalive_seconds,
         "child_exit": _child_exit,
