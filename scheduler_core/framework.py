@@ -84,7 +84,7 @@ class Framework:
         tied = rows[total >= best - 1e-9]
         row = int(tied[np.argmin(cluster.ranks()[tied])])
         node = cluster.node(row).name
-        devices = self._devices(row, pod)
+        devices = self._devices(row, pod, self._proposed_device(cycle, row))
         scores = None
         if explain:
             top = rows[np.argsort(-total, kind="stable")[:5]]
@@ -127,8 +127,20 @@ class Framework:
             self.cluster.assign(pod, decision.node, decision.devices)
         return decision
 
-    def _devices(self, row: int, pod: PodFacts) -> tuple[Device, ...]:
+    def _proposed_device(self, cycle: plugins.Cycle, row: int) -> int | None:
+        """The GPU the highest-weighted plugin that proposes one (FGD's choice) wants a share on."""
+        proposals = cycle.extras.get("share_devices")
+        if not proposals:
+            return None
+        for name, _, _ in sorted(self.scores, key=lambda score: -score[2]):
+            if name in proposals and proposals[name][row] >= 0:
+                return int(proposals[name][row])
+        return None
+
+    def _devices(self, row: int, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
         free = self.cluster.gpu_free[row, : self.cluster.gpu_count[row]]
+        if pod.gpu_milli and proposed is not None and proposed < free.size and free[proposed] >= pod.gpu_milli:
+            return (Device(proposed, pod.gpu_milli),)
         if pod.gpus:
             idle = np.flatnonzero(free == GPU_MILLI)[: pod.gpus]
             return tuple(Device(int(i), GPU_MILLI) for i in idle)
@@ -156,6 +168,8 @@ class Framework:
             reason = "; ".join(pod.problems)
             return [], {name: ("PodProblems", reason) for name in names}, {}
         rows = np.array([cluster.index[name] for name in names], dtype=np.int64)
+        if score:
+            self.workload.observe(pod)
         cycle = self._cycle(pod)
         alive = np.ones(rows.size, dtype=bool)
         failed: dict[str, tuple[str, str]] = {}

@@ -95,7 +95,7 @@ class Workload:
         self._changes = 0
         self._matches: dict[tuple[int, int], np.ndarray] = {}
         self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
-        self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, pods: Iterable[PodFacts], *, typical_share: float = TYPICAL_SHARE) -> Workload:
@@ -168,23 +168,25 @@ class Workload:
 
 
     def cost(self, key: tuple[Any, ...], cluster: Cluster, rows: np.ndarray,
-             compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """A per-row cost of placing pods of one shape, kept between decisions: only rows whose
-        usage or facts changed since (`Cluster.row_version`) are computed again."""
+             compute: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """A per-row cost of placing pods of one shape, and the GPU a share would take (-1: the
+        framework's choice), kept between decisions: only rows whose usage or facts changed since
+        (`Cluster.row_version`) are computed again."""
         size = cluster.size
         key = (*key, cluster.labels_version, size)
         entry = self._costs.get(key)
         if entry is None:
             if len(self._costs) >= 256:
                 self._costs.clear()
-            entry = self._costs[key] = (np.full(size, -1, dtype=np.int64), np.zeros(size))
-        seen, cost = entry
+            entry = self._costs[key] = (np.full(size, -1, dtype=np.int64), np.zeros(size),
+                                        np.full(size, -1, dtype=np.int64))
+        seen, cost, device = entry
         versions = cluster.row_version[:size]
         stale = rows[seen[rows] != versions[rows]]
         if stale.size:
-            cost[stale] = compute(stale)
+            cost[stale], device[stale] = compute(stale)
             seen[stale] = versions[stale]
-        return cost[rows]
+        return cost[rows], device[rows]
 
     def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
         """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh
@@ -257,6 +259,29 @@ def after(cycle: Cycle, rows: np.ndarray) -> NodeState:
         free[np.arange(rows.size), index] -= pod.gpu_milli
     return NodeState(free, state.cpu_free - pod.requests.get("cpu", 0),
                      state.memory_free - pod.requests.get("memory", 0))
+
+
+def least_fragmenting(cycle: Cycle, rows: np.ndarray, shapes: Shapes, matches: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """For a share: per row, the expected fragmentation after it on the GPU that leaves the least
+    (FGD's GPU choice), and that GPU's index; ties to the lowest index. Other pods: `after`."""
+    pod = cycle.pod
+    if not pod.gpu_milli:
+        return fragmentation(after(cycle, rows), shapes, matches), np.full(rows.size, -1, dtype=np.int64)
+    state = before(cycle, rows)
+    cpu, memory = state.cpu_free - pod.requests.get("cpu", 0), state.memory_free - pod.requests.get("memory", 0)
+    best = np.full(rows.size, np.inf)
+    device = np.full(rows.size, -1, dtype=np.int64)
+    for index in range(state.gpu_free.shape[1]):
+        room = state.gpu_free[:, index] >= pod.gpu_milli
+        if not room.any():
+            continue
+        trial = state.gpu_free.copy()
+        trial[:, index] -= pod.gpu_milli
+        found = fragmentation(NodeState(trial, cpu, memory), shapes, matches)
+        better = room & (found < best - 1e-9)
+        best[better], device[better] = found[better], index
+    return np.where(np.isfinite(best), best, 0.0), device
 
 
 def fragmentation(state: NodeState, shapes: Shapes, matches: np.ndarray) -> np.ndarray:
@@ -346,12 +371,22 @@ def fgd(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     workload = _workload(cycle)
     shapes = workload.shapes()
 
-    def growth(subset: np.ndarray) -> np.ndarray:
+    def growth(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         matches = workload.matches(cycle.cluster)[subset]
-        return fragmentation(after(cycle, subset), shapes, matches) - fragmentation(before(cycle, subset), shapes, matches)
+        then, device = least_fragmenting(cycle, subset, shapes, matches)
+        return then - fragmentation(before(cycle, subset), shapes, matches), device
 
-    cost = workload.cost(("fgd", shape_of(cycle.pod), cycle.gpu_policy), cycle.cluster, rows, growth)
+    cost, device = workload.cost(("fgd", shape_of(cycle.pod)), cycle.cluster, rows, growth)
+    _propose_devices(cycle, "fgd", rows, device)
     return _best_first(cost) + _jitter(cycle, rows.size)
+
+
+def _propose_devices(cycle: Cycle, plugin: str, rows: np.ndarray, device: np.ndarray) -> None:
+    """Tell the framework which GPU a share should take on each candidate row (see Framework)."""
+    if cycle.pod.gpu_milli:
+        proposal = np.full(cycle.rows, -1, dtype=np.int64)
+        proposal[rows] = device
+        cycle.extras.setdefault("share_devices", {})[plugin] = proposal
 
 
 def stranding(state: NodeState, shapes: Shapes) -> np.ndarray:
@@ -382,7 +417,7 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     shapes = workload.shapes()
     pod = cycle.pod
 
-    def lost(subset: np.ndarray) -> np.ndarray:
+    def lost(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         matches = workload.matches(cycle.cluster)[subset]
         now, then = before(cycle, subset), after(cycle, subset)
         cost = fragmentation(then, shapes, matches) - fragmentation(now, shapes, matches)
@@ -390,9 +425,10 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         if pod.wants_gpu and shapes.constrained:
             cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
                 cycle.cluster, pod.models)[subset]
-        return cost
+        return cost, np.full(subset.size, -1, dtype=np.int64)  # shares: the gpuPolicy's GPU
 
-    return _best_first(workload.cost(("ours", shape_of(pod), cycle.gpu_policy), cycle.cluster, rows, lost))
+    cost, _ = workload.cost(("ours", shape_of(pod), cycle.gpu_policy), cycle.cluster, rows, lost)
+    return _best_first(cost)
 
 
 def _workload(cycle: Cycle) -> Workload:

@@ -5,7 +5,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scheduler_core import cluster, framework, nodes, openb, placement
+from scheduler_core import cluster, framework, nodes, openb, placement, pods
 from tests.unit.builders import facts, node, pod
 from webhook import config
 
@@ -108,6 +108,17 @@ def test_fgd_puts_a_share_where_it_removes_fragmentation():
                 scheduling=only("fgd"), workload=workload_of(pod("w", gpus=1)))
     decision = fgd.decide(facts(pod("p", milli=500)))
     assert (decision.node, decision.devices[0].milli) == ("b", 500)
+
+
+def test_fgd_chooses_the_gpu_of_a_share_by_fragmentation_too():
+    """Shares of 500 are the workload: a 300 share on the 1000 GPU leaves 600 and 700, both usable;
+    on the tighter 600 GPU (the default choice) it would leave 300 that no 500 share can use."""
+    node_objects = [node("a", gpus=2)]
+    bound = [pod("x", milli=400, node_name="a")]
+    fgd = build(node_objects, bound, scheduling=only("fgd"), workload=workload_of(pod("w", milli=500)))
+    assert fgd.decide(facts(pod("p", milli=300))).devices == (pods.Device(1, 300),)
+    tightest = build(node_objects, bound, scheduling=only("bestfit"))
+    assert tightest.decide(facts(pod("p", milli=300))).devices == (pods.Device(0, 300),)
 
 
 def test_fgd_keeps_room_for_the_shapes_of_the_workload():
