@@ -81,7 +81,8 @@ class Workload:
     """Pod shapes and their popularity, fixed (a known trace) or learned from the pods seen.
 
     Learned: each pod counts once (by key, over the last `memory` distinct pods), so a pod the
-    scheduler retries does not outweigh the others.
+    scheduler retries does not outweigh the others; every `memory` pods all counts are halved, so
+    the mix follows what the cluster runs now rather than what it ran months ago.
     """
 
     def __init__(self, counts: Counter[Shape] | None = None, *, learn: bool = True, memory: int = 100_000,
@@ -110,6 +111,8 @@ class Workload:
             self._seen.popitem(last=False)
         self.counts[shape_of(pod)] += 1
         self._changes += 1
+        if self._changes % self.memory == 0:
+            self.counts = Counter({shape: count // 2 for shape, count in self.counts.items() if count > 1})
         # the mix settles quickly: summarise it again after 1, 2, 4, ... 1024 pods, then every 1024
         if self._changes & (self._changes - 1) == 0 or self._changes % RESUMMARISE == 0:
             self._shapes = None

@@ -149,6 +149,16 @@ def test_a_learned_workload_counts_each_pod_once():
     assert sorted(workload.counts.values()) == [1, 1]
 
 
+def test_a_learned_workload_follows_the_recent_mix():
+    workload = placement.Workload(memory=8)
+    for i in range(8):
+        workload.observe(facts(pod(f"old{i}", gpus=8)))
+    for i in range(8):
+        workload.observe(facts(pod(f"new{i}", gpus=1)))
+    eight, one = (placement.Shape(0, 0, gpus, 0) for gpus in (8, 1))
+    assert workload.counts[one] > workload.counts[eight]
+
+
 # --- ours -------------------------------------------------------------------------------------------
 
 
