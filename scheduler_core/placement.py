@@ -97,6 +97,7 @@ class Workload:
         self._matches: dict[tuple[int, int], np.ndarray] = {}
         self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
         self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._standing: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def of(cls, pods: Iterable[PodFacts], *, typical_share: float = TYPICAL_SHARE) -> Workload:
@@ -119,6 +120,7 @@ class Workload:
             self._matches.clear()
             self._contention.clear()
             self._costs.clear()
+            self._standing = None
 
     def shapes(self) -> Shapes:
         if self._shapes is None:
@@ -191,6 +193,24 @@ class Workload:
             seen[stale] = versions[stale]
         return cost[rows], device[rows]
 
+    def standing(self, cluster: Cluster, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(fragmentation, stranding) of rows as they are now, kept per row version like `cost`:
+        shared by every pod shape, so each changed row is measured once."""
+        size = cluster.size
+        key = (cluster.labels_version, size)
+        if self._standing is None or self._standing[0] != key:
+            self._standing = (key, np.full(size, -1, dtype=np.int64), np.zeros(size), np.zeros(size))
+        _, seen, fragmented, stranded = self._standing
+        versions = cluster.row_version[:size]
+        stale = rows[seen[rows] != versions[rows]]
+        if stale.size:
+            shapes = self.shapes()
+            state = _state(cluster, stale)
+            fragmented[stale] = fragmentation(state, shapes, self.matches(cluster)[stale])
+            stranded[stale] = stranding(state, shapes)
+            seen[stale] = versions[stale]
+        return fragmented[rows], stranded[rows]
+
     def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
         """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh
         that model's share of the cluster, as GPU demand share over GPU capacity share, summed."""
@@ -236,7 +256,10 @@ class NodeState:
 
 
 def before(cycle: Cycle, rows: np.ndarray) -> NodeState:
-    cluster = cycle.cluster
+    return _state(cycle.cluster, rows)
+
+
+def _state(cluster: Cluster, rows: np.ndarray) -> NodeState:
     cpu, memory = cluster.resources["cpu"], cluster.resources["memory"]
     return NodeState(
         cluster.gpu_free[rows],
@@ -377,7 +400,7 @@ def fgd(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     def growth(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         matches = workload.matches(cycle.cluster)[subset]
         then, device = least_fragmenting(cycle, subset, shapes, matches)
-        return then - fragmentation(before(cycle, subset), shapes, matches), device
+        return then - workload.standing(cycle.cluster, subset)[0], device
 
     cost, device = workload.cost(("fgd", shape_of(cycle.pod)), cycle.cluster, rows, growth)
     _propose_devices(cycle, "fgd", rows, device)
@@ -422,9 +445,10 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
     def lost(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         matches = workload.matches(cycle.cluster)[subset]
-        now, then = before(cycle, subset), after(cycle, subset)
-        cost = fragmentation(then, shapes, matches) - fragmentation(now, shapes, matches)
-        cost += STRANDING_WEIGHT * (stranding(then, shapes) - stranding(now, shapes))
+        then = after(cycle, subset)
+        fragmented, stranded = workload.standing(cycle.cluster, subset)
+        cost = fragmentation(then, shapes, matches) - fragmented
+        cost += STRANDING_WEIGHT * (stranding(then, shapes) - stranded)
         if pod.wants_gpu and shapes.constrained:
             cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
                 cycle.cluster, pod.models)[subset]
