@@ -8,9 +8,12 @@ Every plugin scores the candidate rows 0..100 like the other score plugins; thos
 cost stretch it so the cheapest candidate gets 100 and the dearest 0 (kube-scheduler's
 NormalizeScore), so each can be weighted against the rest of the framework's plugins.
 
-Fragmentation is measured against a `Workload`: the shapes (cpu, whole GPUs, share, memory) of
-pods and how often each occurs. FGD uses the typical shapes of a known workload, as the paper
-does; ours learns the shapes online from the pods the scheduler has seen.
+Fragmentation is measured against a `Workload`: the shapes (cpu, memory, whole GPUs or share,
+GPU model) of pods and how often each occurs. FGD uses the typical shapes of a known workload, as
+the paper does; ours learns the shapes online from the pods the scheduler has seen, and adds the
+idle GPU stranded without cpu or memory and the contention for scarce GPU models (see
+`gpu_fragmentation`). Costs are kept between decisions and recomputed only for the nodes whose
+usage changed (`Cluster.row_version`), which keeps the default policy cheap enough to run per pod.
 """
 
 from __future__ import annotations
