@@ -74,7 +74,7 @@ class LiveScheduler:
                                on_event=lambda kind, obj: self.events.put(("pod", kind, obj))),
         ]
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
-        self._last_warmup = 0.0
+        self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -102,16 +102,30 @@ class LiveScheduler:
     # --- the loop -------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        """One pod per turn. Scans of the whole queue (the next wake-up, the parked pool, the pending
+        gauges) happen only when nothing was ready last turn, or once a second: during a burst of
+        thousands of pending pods, a scan per pod would cost more than the decisions."""
         self.alive.set()
+        scheduled_last_turn = False
         while not self.stopped.is_set():
             now = time.monotonic()
-            wait = self.queue.next_ready_in(now) if self.synced else None
+            if scheduled_last_turn:
+                wait: float | None = 0.0  # another pod is likely ready: take what events have come, go on
+            else:
+                wait = self.queue.next_ready_in(now) if self.synced else None
             self._drain(timeout=1.0 if wait is None else min(wait, 1.0))
             if not self.synced:
                 continue
             now = time.monotonic()
-            self.queue.flush_parked(now)
+            if now - self._last_housekeeping >= 1.0:
+                self._last_housekeeping = now
+                self.queue.flush_parked(now)
+                self._warm_up()
+                parked = self.queue.parked()
+                metrics.PENDING.labels("active").set(self.queue.pending() - parked)
+                metrics.PENDING.labels("unschedulable").set(parked)
             key = self.queue.pop(now)
+            scheduled_last_turn = key is not None
             if key is not None:
                 try:
                     self._schedule(key)
@@ -119,11 +133,6 @@ class LiveScheduler:
                     log.exception("scheduling %s failed", key)
                     metrics.ATTEMPTS.labels("error").inc()
                     self.queue.failed(key, time.monotonic(), unschedulable=False)
-            if now - self._last_warmup >= 1.0:
-                self._last_warmup = now
-                self._warm_up()
-            metrics.PENDING.labels("active").set(self.queue.pending() - self.queue.parked())
-            metrics.PENDING.labels("unschedulable").set(self.queue.parked())
 
     def _drain(self, timeout: float) -> None:
         try:
