@@ -162,12 +162,6 @@ def plot(curves: dict[str, np.ndarray], path: Path, *, title: str) -> None:
 
 def main(nodes_csv: Path, pods_csv: Path, *, seeds_text: str, policies: Sequence[str] | None, as_json: bool,
          plot_path: Path | None, jobs: int | None) -> int:
-    try:
-        import matplotlib  # noqa: F401
-        import tqdm  # noqa: F401
-    except ImportError as err:
-        raise BenchError(f"bench needs the [bench] extra ({err.name} is missing): "
-                         "pip install 'gpu-scheduler[bench]'") from err
     seeds = parse_seeds(seeds_text)
     chosen = list(dict.fromkeys(policies or openb.POLICIES))
     trace = load_trace(nodes_csv, pods_csv)
