@@ -58,13 +58,14 @@ def exposition() -> bytes:
     """
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return generate_latest(REGISTRY)
-    for attempt in range(5):
+    attempts = 5
+    for attempt in range(1, attempts + 1):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         try:
             return generate_latest(registry)
         except struct.error:
-            time.sleep(0.01 * (attempt + 1))
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    return generate_latest(registry)
+            if attempt == attempts:
+                raise
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")

@@ -326,35 +326,8 @@ class ControlPlane:
     def kubeconfig_for(self, user: str, groups: Iterable[str] = (), *, name: str = "") -> Path:
         """A kubeconfig that authenticates as `user` in `groups` (client certificate, embedded)."""
         pair = self._client_pair(user, groups)
-        self._kubeconfigs += 1
-        stem = name or f"{_safe(user)}-{self._kubeconfigs}"
-        path = self.dir / f"{stem}.kubeconfig"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": _b64(self.ca.cert_pem),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": _b64(pair.cert_pem),
-                        "client-key-data": _b64(pair.key_pem),
-                    },
-                }
-            ],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
-            "current-context": "e2e",
-        }
-        _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
-        return path
+        return self._write_kubeconfig(user, {"client-certificate-data": _b64(pair.cert_pem),
+                                             "client-key-data": _b64(pair.key_pem)}, name=name)
 
     def kubeconfig_for_service_account(self, namespace: str, name: str, *, hours: int = 6) -> Path:
         """A kubeconfig with a token of the ServiceAccount from the TokenRequest API, as a Pod of that
@@ -365,15 +338,17 @@ class ControlPlane:
         request = core.create_namespaced_service_account_token(
             name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                               "spec": {"expirationSeconds": hours * 3600}})
+        return self._write_kubeconfig(f"system:serviceaccount:{namespace}:{name}", {"token": request.status.token})
+
+    def _write_kubeconfig(self, user: str, credentials: dict[str, str], *, name: str = "") -> Path:
         self._kubeconfigs += 1
-        path = self.dir / f"sa-{namespace}-{name}-{self._kubeconfigs}.kubeconfig"
-        user = f"system:serviceaccount:{namespace}:{name}"
+        path = self.dir / f"{name or f'{_safe(user)}-{self._kubeconfigs}'}.kubeconfig"
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "e2e", "cluster": {"server": self.server,
                                                      "certificate-authority-data": _b64(self.ca.cert_pem)}}],
-            "users": [{"name": user, "user": {"token": request.status.token}}],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
             "current-context": "e2e",
         }

@@ -32,6 +32,11 @@ from tests.e2e.installing import kubectl, wait_for
 CONFIG = "schedulerName: rotation-test\nadmission: {rules: [{name: rotation, set: {gpuModel: A100}}]}\n"
 
 
+def gpu_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{
+        "name": "main", "image": "registry.invalid/cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
 class ProjectedSecret:
     """A Secret volume as the kubelet writes it: files behind `..data`, which is replaced atomically."""
 
@@ -68,11 +73,8 @@ class Traffic(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set():
             name = f"p-{len(self.created) + len(self.failures)}"
-            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{
-                "name": "main", "image": "registry.invalid/cuda:12",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
             try:
-                pod = self.core.create_namespaced_pod(self.namespace, body)
+                pod = self.core.create_namespaced_pod(self.namespace, gpu_pod(name))
             except ApiException as err:
                 self.failures.append(f"{name}: HTTP {err.status} {err.body}")
                 continue
@@ -180,9 +182,7 @@ webhooks:
 
 def _admits(core: Any, namespace: str) -> bool:
     """A dry-run creation comes back mutated: the webhook configuration is in force in the apiserver."""
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": {"containers": [{
-        "name": "main", "image": "registry.invalid/cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-    pod = core.create_namespaced_pod(namespace, body, dry_run="All")
+    pod = core.create_namespaced_pod(namespace, gpu_pod("probe"), dry_run="All")
     return (pod.metadata.annotations or {}).get("gpu-scheduler.io/rule") == "rotation"
 
 
