@@ -1,4 +1,4 @@
-"""`gpu-scheduler`: one command, a subcommand per job (contract in DESIGN.md).
+"""`gpu-scheduler`: one command, a subcommand per job (contract in ARCHITECTURE.md).
 
 Adapters only: parse arguments and files, call one pure function, print the result.
 Heavy imports happen inside each subcommand so `--help` is instant and the webhook's
@@ -21,11 +21,21 @@ import yaml
 EXIT_INVALID = 2
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpu-scheduler")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
-        parser.print_help()
+        # a group (`config`, `certs`, `bench`) without its command: show that group's commands
+        getattr(args, "group", parser).print_help(sys.stderr)
         return EXIT_INVALID
     logging.basicConfig(
         level=getattr(args, "log_level", "info").upper(),
@@ -47,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="gpu-scheduler",
         description="GPU-aware admission webhook and scheduler for Kubernetes.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     simulate = commands.add_parser(
@@ -60,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="Pod objects, and Namespace objects for their labels")
     simulate.add_argument("--config", type=Path, metavar="FILE", help="config.yaml or a ConfigMap manifest")
     simulate.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    simulate.add_argument("-v", "--verbose", action="store_true",
+                          help="on stderr, how admission treated each pending pod: every rule skipped and why")
     simulate.set_defaults(run=_simulate)
 
     mutate = commands.add_parser(
@@ -70,13 +83,15 @@ def _parser() -> argparse.ArgumentParser:
     mutate.add_argument("pod", metavar="POD.yaml", help="a Pod manifest (YAML or JSON)")
     mutate.add_argument("--config", required=True, metavar="FILE", help="config.yaml or a ConfigMap manifest")
     mutate.add_argument(
-        "--namespace-labels", default="", metavar="k=v,...",
-        help="labels of the pod's namespace, for rules with a namespaceSelector (default: none)",
+        "--namespace-labels", metavar="k=v,...",
+        help="labels of the pod's namespace, for rules with a namespaceSelector (default: unknown, so such "
+             "rules are skipped, and said so)",
     )
     mutate.add_argument("--patch", action="store_true", help="print the JSON patch instead of the pod")
     mutate.set_defaults(run=_mutate)
 
     config_cmd = commands.add_parser("config", help="work with the configuration")
+    config_cmd.set_defaults(group=config_cmd)
     config_sub = config_cmd.add_subparsers(title="config commands", metavar="COMMAND")
     check = config_sub.add_parser(
         "check",
@@ -87,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_config_check)
 
     certs_cmd = commands.add_parser("certs", help="certificates for the webhook")
+    certs_cmd.set_defaults(group=certs_cmd)
     certs_sub = certs_cmd.add_subparsers(title="certs commands", metavar="COMMAND")
     generate = certs_sub.add_parser(
         "generate",
@@ -173,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(run=_run)
 
     bench_cmd = commands.add_parser("bench", help="placement-quality benchmarks")
+    bench_cmd.set_defaults(group=bench_cmd)
     bench_sub = bench_cmd.add_subparsers(title="bench commands", metavar="COMMAND")
     bench_openb = bench_sub.add_parser(
         "openb",
@@ -180,12 +197,16 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay an openb trace (Alibaba cluster-trace-gpu-v2023) through the scheduler core under the "
                     "published protocol: every pod plus random copies up to 1.3x the cluster's GPUs, in a seeded "
                     "random order, placed one at a time; the GPU allocation ratio when the arrived GPU demand "
-                    "reaches 100, 110, 120 and 130%%, mean and spread over the seeds. Policies: "
+                    "reaches 100, 110, 120 and 130%, mean and spread over the seeds. Policies: "
                     "random, dotproduct, gpupacking, bestfit, fgd, and ours (the product's default scheduling).",
     )
-    bench_openb.add_argument("--nodes", type=Path, required=True, metavar="CSV",
+    bench_openb.add_argument("--trace-dir", type=Path, metavar="DIR",
+                             help=f"the trace's csv directory (default: ${OPENB_DIR_ENV}); with it, --nodes defaults "
+                                  f"to {OPENB_NODES} there and --pods may name a trace (default, gpushare40, ...)")
+    bench_openb.add_argument("--nodes", type=Path, metavar="CSV",
                              help="openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model)")
-    bench_openb.add_argument("--pods", type=Path, required=True, metavar="CSV", help="openb_pod_list_*.csv")
+    bench_openb.add_argument("--pods", metavar="CSV|TRACE",
+                             help="openb_pod_list_*.csv, or with --trace-dir a trace name such as default")
     bench_openb.add_argument("--seeds", default="42-51", help="a range like 42-51 or a list (default 42-51)")
     bench_openb.add_argument("--policy", action="append", metavar="NAME",
                              help="a policy to run, repeatable (default: all)")
@@ -198,11 +219,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+OPENB_DIR_ENV = "GPU_SCHEDULER_OPENB_DIR"
+OPENB_NODES = "openb_node_list_gpu_node.csv"
+
+
+def _openb_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """--nodes and --pods, completed from --trace-dir (or $GPU_SCHEDULER_OPENB_DIR) where they are left out."""
+    import os
+
+    directory = args.trace_dir or (Path(os.environ[OPENB_DIR_ENV]) if os.environ.get(OPENB_DIR_ENV) else None)
+    hint = (f"give --nodes and --pods, or --trace-dir DIR (or ${OPENB_DIR_ENV}) holding the trace's csv files "
+            "(Alibaba clusterdata, cluster-trace-gpu-v2023/csv; see benchmarks/README.md)")
+    if directory is not None and not directory.is_dir():
+        raise UsageError(f"--trace-dir {directory}: no such directory")
+    nodes = args.nodes or (directory / OPENB_NODES if directory else None)
+    pods = Path(args.pods) if args.pods else None
+    if pods is not None and directory is not None and not pods.suffix and "/" not in args.pods:
+        pods = directory / f"openb_pod_list_{args.pods}.csv"  # a trace name
+    if nodes is None or pods is None:
+        raise UsageError(f"{'--nodes' if nodes is None else '--pods'} is missing: {hint}")
+    return nodes, pods
+
+
 def _bench_openb(args: argparse.Namespace) -> int:
     from gpu_scheduler import bench
 
+    nodes, pods = _openb_files(args)
     try:
-        return bench.main(args.nodes, args.pods, seeds_text=args.seeds, policies=args.policy, as_json=args.json,
+        return bench.main(nodes, pods, seeds_text=args.seeds, policies=args.policy, as_json=args.json,
                           plot_path=args.plot, jobs=args.jobs)
     except bench.BenchError as err:
         raise UsageError(str(err)) from err
@@ -304,13 +348,14 @@ def _simulate(args: argparse.Namespace) -> int:
             hint = "" if given else " (the bundled example is missing: pass --nodes, --pods and --config)"
             raise UsageError(f"{flag} {path}: no such file{hint}")
     settings = _load_config(str(paths["--config"]))
-    try:
-        node_objects = [o for o in objects.load(paths["--nodes"]) if o.get("kind", "Node") == "Node"]
-        pod_objects = objects.load(paths["--pods"])
-    except objects.ObjectsError as err:
-        raise UsageError(str(err)) from err
+    node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",))
+    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"))
     result = simulation.simulate(node_objects, pod_objects, settings,
                                  now=datetime.datetime.now(datetime.timezone.utc))
+    if args.verbose:
+        for placement in result.placements:
+            for line in placement.admission:
+                print(f"# {placement.pod}: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     else:
@@ -318,19 +363,23 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+NOTES = {"already-bound": "already bound (spec.nodeName in the input)"}
+
+
 def _simulation_table(result: Any) -> str:
-    rows = [("POD", "RULE", "NODE", "GPUS", "WHY NOT")]
+    rows = [("POD", "RULE", "NODE", "GPUS", "NOTE")]
     for p in result.placements:
         gpus = ",".join(map(str, p.gpus)) + (f" ({p.gpu_milli}/1000)" if p.gpu_milli and p.gpus else "")
-        rows.append((p.pod, p.rule or "-", p.node or "-", gpus or "-", p.reason or ""))
+        rows.append((p.pod, p.rule or "-", p.node or "-", gpus or "-", NOTES.get(p.outcome, p.reason or "")))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     summary = result.as_json()["summary"]
     lines.append("")
     lines.append(
-        f"{summary['pods']} pods: {summary['scheduled']} placed, {summary['unschedulable']} unschedulable, "
-        f"{summary['not_ours']} left to other schedulers; GPU allocation "
-        f"{100 * summary['gpu_allocation_ratio']:.1f}% of {result.total_milli // 1000} GPUs"
+        f"{summary['pods']} pods: {summary['scheduled']} placed by this run, {summary['already_bound']} already "
+        f"bound, {summary['unschedulable']} unschedulable, {summary['not_ours']} left to other schedulers; "
+        f"GPU allocation {100 * result.allocation_ratio:.1f}% of {result.total_milli // 1000} GPUs "
+        f"({100 * result.allocation_ratio_before:.1f}% before this run)"
     )
     for usage in result.models:
         share = 100 * usage.used_milli / (usage.gpus * 1000)
@@ -345,10 +394,14 @@ def _mutate(args: argparse.Namespace) -> int:
     from webhook import patches
 
     settings = _load_config(args.config)
-    pod = _load_single_object(args.pod)
-    labels = _parse_labels(args.namespace_labels)
+    pod = _load_single_pod(args.pod)
+    labels = _parse_labels(args.namespace_labels) if args.namespace_labels is not None else None
     decision = patches.decide(pod, namespace_labels=labels, settings=settings)
-    print(f"# {decision.reason}", file=sys.stderr)
+    for line in decision.explanation():
+        print(f"# {line}", file=sys.stderr)
+    if labels is None and any("namespace's labels are not known" in why for _, why in decision.skipped):
+        print("# (give the namespace's labels with --namespace-labels k=v,... to evaluate namespaceSelector rules)",
+              file=sys.stderr)
     if args.patch:
         print(json.dumps(decision.patch, indent=2))
     else:
@@ -490,16 +543,23 @@ def _load_config(path: str) -> Any:
         raise UsageError(f"{path}: invalid config:\n  " + "\n  ".join(err.problems)) from err
 
 
-def _load_single_object(path: str) -> dict[str, Any]:
+def _load_objects(flag: str, path: Path, *, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    from scheduler_core import objects
+
     try:
-        documents = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror}") from err
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from err
-    if len(documents) != 1 or not isinstance(documents[0], dict) or documents[0].get("kind", "Pod") != "Pod":
-        raise UsageError(f"{path}: expected exactly one Pod object")
-    return documents[0]
+        return objects.load(path, kinds=kinds)
+    except objects.ObjectsError as err:
+        raise UsageError(f"{flag} {err}") from err
+
+
+def _load_single_pod(path: str) -> dict[str, Any]:
+    from scheduler_core import objects
+
+    found = _load_objects("POD.yaml", Path(path), kinds=("Pod",))
+    if len(found) != 1:
+        names = ", ".join(objects.name_of(o) for o in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(f"POD.yaml {path}: expected exactly one Pod, found {len(found)} ({names})")
+    return found[0]
 
 
 def _parse_labels(text: str) -> dict[str, str]:

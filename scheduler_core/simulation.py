@@ -1,9 +1,10 @@
 """The offline simulator: a cluster snapshot and pods in, placements out, with the same
 webhook mutation and scheduling core the live components use.
 
-Bound pods (spec.nodeName) are accounted first; then each pending pod, in input order,
-goes through admission (when its namespace is opted in) and, if it is ours, through the
-framework, whose decision is accounted before the next pod.
+Bound pods (spec.nodeName) are accounted first and reported as already bound, apart from
+what this run places; then each pending pod, in input order, goes through admission (when
+its namespace is opted in) and, if it is ours, through the framework, whose decision is
+accounted before the next pod.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jsonpatch
 
@@ -22,6 +23,11 @@ from webhook import config, patches, rules
 INJECT_LABEL = "gpu-scheduler.io/inject"
 
 
+# What became of a pod: placed by this run, bound before it (spec.nodeName in the input),
+# unschedulable here, or left to another scheduler.
+Outcome = Literal["placed", "already-bound", "unschedulable", "not-ours"]
+
+
 @dataclass(frozen=True)
 class Placement:
     pod: str
@@ -30,11 +36,17 @@ class Placement:
     gpu_milli: int | None  # the share, for GPU-sharing pods
     rule: str | None
     reason: str | None
-    ours: bool
+    outcome: Outcome
+    admission: tuple[str, ...] = ()  # how the webhook treated the pod, a line per step (rules skipped, match)
+
+    @property
+    def ours(self) -> bool:
+        return self.outcome != "not-ours"
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"pod": self.pod, "node": self.node, "gpus": list(self.gpus),
-                                "rule": self.rule, "reason": self.reason}
+                                "rule": self.rule, "reason": self.reason,
+                                "already_bound": self.outcome == "already-bound"}
         if self.gpu_milli:
             data["gpu_milli"] = self.gpu_milli
         return data
@@ -54,21 +66,30 @@ class Result:
     models: tuple[ModelUsage, ...]
     used_milli: int
     total_milli: int
+    used_milli_before: int  # by the pods already bound in the input
 
     @property
     def allocation_ratio(self) -> float:
         return self.used_milli / self.total_milli if self.total_milli else 0.0
 
+    @property
+    def allocation_ratio_before(self) -> float:
+        return self.used_milli_before / self.total_milli if self.total_milli else 0.0
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for p in self.placements if p.outcome == outcome)
+
     def as_json(self) -> dict[str, Any]:
-        ours = [p for p in self.placements if p.ours]
         return {
             "placements": [p.as_json() for p in self.placements],
             "summary": {
                 "pods": len(self.placements),
-                "scheduled": sum(1 for p in self.placements if p.node is not None),
-                "unschedulable": sum(1 for p in ours if p.node is None),
-                "not_ours": sum(1 for p in self.placements if not p.ours),
+                "scheduled": self.count("placed"),  # by this run
+                "already_bound": self.count("already-bound"),
+                "unschedulable": self.count("unschedulable"),
+                "not_ours": self.count("not-ours"),
                 "gpu_allocation_ratio": round(self.allocation_ratio, 6),
+                "gpu_allocation_ratio_before": round(self.allocation_ratio_before, 6),
                 "gpu_models": {m.model: {"nodes": m.nodes, "gpus": m.gpus,
                                          "allocated": round(m.used_milli / 1000, 3)} for m in self.models},
             },
@@ -107,39 +128,53 @@ def simulate(
             assignment = model.assignments.get(bound.key)
             devices = assignment.devices if assignment else ()
             placements[position] = _placement(bound, bound.node_name, devices, None,
-                                              rules.annotations_of(pod).get(config.RULE_ANNOTATION), ours=True)
+                                              rules.annotations_of(pod).get(config.RULE_ANNOTATION),
+                                              outcome="already-bound")
+    used_before, _ = model.gpu_totals()
     for position, pod in enumerate(pod_list):
         if position in placements:
             continue
-        admitted, rule = _admit(pod, namespaces, settings)
+        admitted, rule, admission = _admit(pod, namespaces, settings)
         pending = facts(admitted)
         if pending.scheduler_name != settings.scheduler_name:
             reason = f"left to {pending.scheduler_name} (not scheduled by {settings.scheduler_name})"
-            placements[position] = _placement(pending, None, (), reason, rule, ours=False)
+            placements[position] = _placement(pending, None, (), reason, rule, outcome="not-ours",
+                                              admission=admission)
             continue
         decision = scheduler.place(pending)
-        placements[position] = _placement(pending, decision.node, decision.devices, decision.reason, rule, ours=True)
+        placements[position] = _placement(pending, decision.node, decision.devices, decision.reason, rule,
+                                          outcome="placed" if decision.node else "unschedulable",
+                                          admission=admission)
 
     used, total = model.gpu_totals()
-    return Result(tuple(placements[i] for i in range(len(pod_list))), _models(model), used, total)
+    return Result(tuple(placements[i] for i in range(len(pod_list))), _models(model), used, total, used_before)
 
 
 def _admit(pod: Mapping[str, Any], namespaces: Mapping[str, Mapping[str, str]], settings: config.Config
-           ) -> tuple[Mapping[str, Any], str | None]:
-    """What the webhook would make of the pod, as the MutatingWebhookConfiguration selects it."""
+           ) -> tuple[Mapping[str, Any], str | None, tuple[str, ...]]:
+    """What the webhook would make of the pod, as the MutatingWebhookConfiguration selects it, and why."""
     metadata = pod.get("metadata") or {}
-    namespace_labels = namespaces.get(metadata.get("namespace") or "default", {})
-    if namespace_labels.get(INJECT_LABEL) != "enabled" or rules.labels_of(pod).get(INJECT_LABEL) == "disabled":
-        return pod, rules.annotations_of(pod).get(config.RULE_ANNOTATION)
+    namespace = metadata.get("namespace") or "default"
+    rule = rules.annotations_of(pod).get(config.RULE_ANNOTATION)
+    if namespace not in namespaces:
+        return pod, rule, (f"not sent to the webhook: no Namespace {namespace} in the input, "
+                           f"so it is not labelled {INJECT_LABEL}=enabled",)
+    namespace_labels = namespaces[namespace]
+    if namespace_labels.get(INJECT_LABEL) != "enabled":
+        return pod, rule, (f"not sent to the webhook: namespace {namespace} is not labelled {INJECT_LABEL}=enabled",)
+    if rules.labels_of(pod).get(INJECT_LABEL) == "disabled":
+        return pod, rule, (f"not sent to the webhook: the pod is labelled {INJECT_LABEL}=disabled",)
     decision = patches.decide(pod, namespace_labels=namespace_labels, settings=settings)
+    admission = decision.explanation()
     if not decision.patch:
-        return pod, decision.rule
-    return jsonpatch.apply_patch(pod, decision.patch), decision.rule
+        return pod, decision.rule, admission
+    return jsonpatch.apply_patch(pod, decision.patch), decision.rule, admission
 
 
 def _placement(pod: pods.PodFacts, node: str | None, devices: tuple[pods.Device, ...], reason: str | None,
-               rule: str | None, *, ours: bool) -> Placement:
-    return Placement(pod.key, node, tuple(d.index for d in devices), pod.gpu_milli or None, rule, reason, ours)
+               rule: str | None, *, outcome: Outcome, admission: tuple[str, ...] = ()) -> Placement:
+    return Placement(pod.key, node, tuple(d.index for d in devices), pod.gpu_milli or None, rule, reason, outcome,
+                     admission)
 
 
 def _models(model: cluster_model.Cluster) -> tuple[ModelUsage, ...]:

@@ -21,3 +21,20 @@ def test_pure_modules_import_no_adapters():
 def test_mypy_is_clean():
     result = subprocess.run([tool("mypy"), *PACKAGES], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_repository_documents_itself():
+    """No file points at documents or data outside the repository: a clone has none of them."""
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+    outside = ("../shared", "shared/data/openb", "DESIGN.md")
+    offenders = []
+    for name in tracked:
+        path = ROOT / name
+        if path == Path(__file__):
+            continue
+        if path.suffix not in (".py", ".md", ".sh", ".cfg", ".toml", ".yaml", ".yml", ".txt", "") or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        offenders += [f"{name}: {needle}" for needle in outside if needle in text]
+    assert offenders == []
+    assert (ROOT / "ARCHITECTURE.md").is_file()

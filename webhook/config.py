@@ -1,6 +1,6 @@
 """The admin's `config.yaml`, parsed and validated once into immutable objects.
 
-One ConfigMap configures webhook and scheduler alike (schema in DESIGN.md). Validation
+One ConfigMap configures webhook and scheduler alike (schema in ARCHITECTURE.md). Validation
 collects every problem, each naming its path and the offending value, because an admin
 fixing a rejected edit wants the whole list at once; unknown keys are errors so a typo
 cannot silently disable a rule.
@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import yaml
 
+from scheduler_core import objects
 from webhook import names, selectors
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -143,11 +144,22 @@ class Config:
 def loads(text: str) -> Config:
     """Parse `config.yaml` text, or a whole ConfigMap manifest holding it under `data`."""
     try:
-        document = yaml.safe_load(text)
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise ConfigError([f"not valid YAML: {_one_line(err)}"]) from err
-    if isinstance(document, Mapping) and document.get("kind") == "ConfigMap":
-        return from_configmap(document)
+        raise ConfigError([f"not valid YAML: {objects.describe_yaml_error(err)}"]) from err
+    if len(documents) > 1:
+        kinds = ", ".join(str(d["kind"]) for d in documents if isinstance(d, Mapping) and d.get("kind"))
+        raise ConfigError([f"holds {len(documents)} YAML documents{f' ({kinds})' if kinds else ''}; expected one: "
+                           f"config.yaml, "
+                           f"or a ConfigMap holding it under data.{CONFIG_KEY}"])
+    document = documents[0] if documents else None
+    if isinstance(document, Mapping) and "kind" in document:
+        if document.get("kind") == "ConfigMap":
+            return from_configmap(document)
+        raise ConfigError([f"this is a {document.get('kind')} ({document.get('apiVersion') or 'no apiVersion'}), "
+                           f"not a gpu-scheduler config: "
+                           f"expected config.yaml (schedulerName, admission, scheduling) or a ConfigMap holding "
+                           f"it under data.{CONFIG_KEY}"])
     return parse(document)
 
 
@@ -162,7 +174,7 @@ def from_configmap(configmap: Mapping[str, Any]) -> Config:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError([f"data.{CONFIG_KEY}: not valid YAML: {_one_line(err)}"]) from err
+        raise ConfigError([f"data.{CONFIG_KEY}: not valid YAML: {objects.describe_yaml_error(err)}"]) from err
     return parse(document)
 
 
@@ -542,6 +554,3 @@ def _show(value: object) -> str:
     except (TypeError, ValueError):
         return repr(value)
 
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())

@@ -26,6 +26,11 @@ class Decision:
     reason: str = ""
     gpus: Fraction | None = None
     namespace_unknown: bool = False  # namespace labels could not be read
+    skipped: tuple[tuple[str, str], ...] = ()  # (rule, why it did not match) for the rules before the match
+
+    def explanation(self) -> tuple[str, ...]:
+        """A line for each rule skipped before the match and why, then the outcome."""
+        return (*(f"rule {name!r} skipped: {why}" for name, why in self.skipped), self.reason)
 
 
 def decide(
@@ -48,14 +53,14 @@ def decide(
 
     has_namespace_rules = any(r.namespace_selector is not None for r in admission.rules)
     unknown = namespace_labels is None and has_namespace_rules
-    rule = rules.first_match(
+    rule, skipped = rules.first_match(
         admission.rules,
         pod_labels=rules.labels_of(pod),
         namespace_labels=namespace_labels,
         gpus=gpus,
     )
     if rule is None:
-        return Decision(reason="no rule matched", gpus=gpus, namespace_unknown=unknown)
+        return Decision(reason="no rule matched", gpus=gpus, namespace_unknown=unknown, skipped=skipped)
 
     patch: list[dict[str, Any]] = []
     if spec.get("schedulerName") != settings.scheduler_name:
@@ -74,7 +79,7 @@ def decide(
     labels = rules.labels_of(pod)
     patch += _add_to_map(pod, "labels", [(k, v) for k, v in rule.actions.labels if k not in labels])
     return Decision(patch=patch, rule=rule.name, reason=f"matched rule {rule.name!r}", gpus=gpus,
-                    namespace_unknown=unknown)
+                    namespace_unknown=unknown, skipped=skipped)
 
 
 def escape(key: str) -> str:

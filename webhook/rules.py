@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from scheduler_core import quantity, requests
-from webhook import config
+from webhook import config, selectors
 
 GPU_MILLI = 1000
 
@@ -40,21 +40,52 @@ def first_match(
     pod_labels: Mapping[str, str],
     namespace_labels: Mapping[str, str] | None,
     gpus: Fraction,
-) -> config.Rule | None:
-    """The first rule that matches; with unknown namespace labels, namespace-selecting rules cannot."""
+) -> tuple[config.Rule | None, tuple[tuple[str, str], ...]]:
+    """The first rule that matches, and (name, why not) for each rule before it.
+
+    With unknown namespace labels (None), a rule with a namespaceSelector cannot match.
+    """
+    skipped: list[tuple[str, str]] = []
     for rule in rules:
-        if rule.min_gpus is not None and gpus < rule.min_gpus:
-            continue
-        if rule.max_gpus is not None and gpus > rule.max_gpus:
-            continue
-        if rule.pod_selector is not None and not rule.pod_selector.matches(pod_labels):
-            continue
-        if rule.namespace_selector is not None and (
-            namespace_labels is None or not rule.namespace_selector.matches(namespace_labels)
-        ):
-            continue
-        return rule
+        why = mismatch(rule, pod_labels=pod_labels, namespace_labels=namespace_labels, gpus=gpus)
+        if why is None:
+            return rule, tuple(skipped)
+        skipped.append((rule.name, why))
+    return None, tuple(skipped)
+
+
+def mismatch(
+    rule: config.Rule,
+    *,
+    pod_labels: Mapping[str, str],
+    namespace_labels: Mapping[str, str] | None,
+    gpus: Fraction,
+) -> str | None:
+    """Why `rule` does not match the pod, in one line; None when it matches."""
+    if rule.min_gpus is not None and gpus < rule.min_gpus:
+        return f"minGPUs {rule.min_gpus}: the pod asks for {_gpus(gpus)}"
+    if rule.max_gpus is not None and gpus > rule.max_gpus:
+        return f"maxGPUs {rule.max_gpus}: the pod asks for {_gpus(gpus)}"
+    if rule.pod_selector is not None and not rule.pod_selector.matches(pod_labels):
+        return f"podSelector {rule.pod_selector.describe()}: the pod has {_relevant(rule.pod_selector, pod_labels)}"
+    if rule.namespace_selector is not None:
+        if namespace_labels is None:
+            return f"namespaceSelector {rule.namespace_selector.describe()}: the namespace's labels are not known"
+        if not rule.namespace_selector.matches(namespace_labels):
+            return (f"namespaceSelector {rule.namespace_selector.describe()}: the namespace has "
+                    f"{_relevant(rule.namespace_selector, namespace_labels)}")
     return None
+
+
+def _gpus(gpus: Fraction) -> str:
+    amount = str(gpus.numerator) if gpus.denominator == 1 else f"{float(gpus):g}"
+    return f"{amount} GPU" + ("" if gpus == 1 else "s")
+
+
+def _relevant(selector: selectors.LabelSelector, labels: Mapping[str, str]) -> str:
+    """The labels a selector looks at, as the object has them: `job-type=inference, no team`."""
+    keys = dict.fromkeys(r.key for r in selector.requirements)
+    return ", ".join(f"{key}={labels[key]}" if key in labels else f"no {key}" for key in keys) or "no labels"
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -71,7 +102,7 @@ def _string_map(value: object) -> Mapping[str, str]:
 
 def _milli(value: object) -> int | None:
     """A share in thousandths, 1..999; anything else is no share (the scheduler explains)."""
-    if not isinstance(value, str) or not value.isdigit():
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 18:
         return None
     milli = int(value)
     return milli if 0 < milli < GPU_MILLI else None

@@ -2,23 +2,18 @@
 
 import base64
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from certs import pki
+from tests.commands import ROOT, gpu_scheduler
 
-ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
 
 
 def run(*args, check_code=0):
-    result = subprocess.run([sys.executable, "-m", "gpu_scheduler", *args], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == check_code, result.stderr
-    return result
+    return gpu_scheduler(*args, code=check_code)
 
 
 def test_help_lists_the_commands():
@@ -69,11 +64,82 @@ def test_mutate_patch_without_namespace_labels_falls_to_a_later_rule():
     assert patch[1]["value"]["gpu-scheduler.io/rule"] == "any-gpu"
 
 
-def test_mutate_rejects_a_bad_pod_file(tmp_path):
-    pod = tmp_path / "two.yaml"
-    pod.write_text("kind: Pod\n---\nkind: Pod\n")
-    assert "expected exactly one Pod object" in run("mutate", "--config", str(EXAMPLES / "config.yaml"),
-                                                     str(pod), check_code=2).stderr
+def test_mutate_rejects_a_file_of_several_pods_naming_them(tmp_path):
+    pods = tmp_path / "two.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: a, namespace: ns}\n---\nkind: Pod\nmetadata: {name: b}\n")
+    err = run("mutate", "--config", str(EXAMPLES / "config.yaml"), str(pods), check_code=2).stderr
+    assert f"POD.yaml {pods}: expected exactly one Pod, found 2 (ns/a, b)" in err
+
+
+def test_mutate_rejects_a_file_of_another_kind_naming_what_it_found():
+    err = run("mutate", "--config", str(EXAMPLES / "config.yaml"), str(EXAMPLES / "nodes.yaml"), check_code=2).stderr
+    assert "examples/nodes.yaml: expected Pod objects, found 12 Node (first unexpected: Node gpu-a100-40g-1)" in err
+
+
+def test_mutate_says_why_each_rule_before_the_match_did_not_match():
+    """Without namespace labels the training rule cannot match, and the output says so instead of staying silent."""
+    err = run("mutate", "--config", str(EXAMPLES / "config.yaml"), str(EXAMPLES / "pod-training.yaml")).stderr
+    assert err.splitlines() == [
+        "# rule 'a100-training' skipped: namespaceSelector team=research: the namespace's labels are not known",
+        "# rule 'inference' skipped: podSelector job-type=inference: the pod has job-type=training",
+        "# rule 'notebooks' skipped: maxGPUs 1: the pod asks for 2 GPUs",
+        "# matched rule 'any-gpu'",
+        "# (give the namespace's labels with --namespace-labels k=v,... to evaluate namespaceSelector rules)",
+    ]
+
+
+def test_mutate_with_other_namespace_labels_names_what_the_namespace_has():
+    err = run("mutate", "--config", str(EXAMPLES / "config.yaml"), "--namespace-labels", "team=ml,env=prod",
+              str(EXAMPLES / "pod-training.yaml")).stderr
+    assert "# rule 'a100-training' skipped: namespaceSelector team=research: the namespace has team=ml" in err
+    assert "--namespace-labels k=v" not in err
+
+
+def test_version():
+    assert run("--version").stdout.strip() == "gpu-scheduler 0.1.0"
+
+
+@pytest.mark.parametrize(("group", "command"), [("config", "check"), ("certs", "ensure"), ("bench", "openb")])
+def test_a_group_without_its_command_shows_the_group_usage(group, command):
+    err = run(group, check_code=2).stderr
+    assert err.startswith(f"usage: gpu-scheduler {group} ")
+    assert command in err and "simulate" not in err
+
+
+def test_help_shows_percent_signs_once():
+    out = run("bench", "openb", "--help").stdout
+    assert "130%," in " ".join(out.split()) and "%%" not in out
+
+
+def test_config_check_names_a_manifest_of_another_kind(tmp_path):
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n")
+    err = run("config", "check", str(deployment), check_code=2).stderr
+    assert err.splitlines() == [
+        f"{deployment}: invalid, 1 problem(s):",
+        "  this is a Deployment (apps/v1), not a gpu-scheduler config: expected config.yaml (schedulerName, "
+        "admission, scheduling) or a ConfigMap holding it under data.config.yaml",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("schedulerName: a\nadmission:\n  rules: [\n  - name: x\n",
+         "not valid YAML: line 4, column 3: expected the node content, but found '-'"),
+        ("schedulerName: a\nadmission:\n  deletionCost: {initial: -50}: x\n",
+         "not valid YAML: line 3, column 31: mapping values are not allowed here"),
+        ("schedulerName: a\n---\nkind: ConfigMap\n",
+         "holds 2 YAML documents (ConfigMap); expected one: config.yaml, or a ConfigMap holding it under "
+         "data.config.yaml"),
+    ],
+)
+def test_config_check_says_where_the_yaml_breaks(tmp_path, text, problem):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    err = run("config", "check", str(bad), check_code=2).stderr
+    assert err.startswith(f"{bad}: invalid, 1 problem(s):\n  {problem}")
+    assert "<unicode string>" not in err
 
 
 def test_certs_generate(tmp_path):

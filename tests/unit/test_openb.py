@@ -5,8 +5,7 @@ The CSVs here are tiny ones written by the tests; the real trace stays outside t
 
 import csv
 import json
-import subprocess
-import sys
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 
 from gpu_scheduler import bench
 from scheduler_core import openb
+from tests.commands import gpu_scheduler
 
-ROOT = Path(__file__).parents[2]
 NODE_FIELDS = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
 POD_FIELDS = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"]
 
@@ -147,10 +146,7 @@ def tiny_trace(tmp_path_factory):
 
 
 def bench_cli(*args, code=0):
-    result = subprocess.run([sys.executable, "-m", "gpu_scheduler", "bench", "openb", *args],
-                            capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == code, result.stderr
-    return result
+    return gpu_scheduler("bench", "openb", *args, code=code)
 
 
 def test_json_follows_the_contract(tiny_trace):
@@ -192,3 +188,29 @@ def test_bad_arguments_say_what_is_wrong(tiny_trace, args, message):
 def test_a_missing_file(tiny_trace):
     result = bench_cli("--nodes", str(tiny_trace / "nope.csv"), "--pods", str(tiny_trace / "pods.csv"), code=2)
     assert "nope.csv: No such file or directory" in result.stderr
+
+
+def test_trace_dir_finds_the_node_list_and_names_the_pod_list(tiny_trace, tmp_path):
+    """`--trace-dir DIR --pods NAME` (or $GPU_SCHEDULER_OPENB_DIR) reads the trace's own file names."""
+    trace_dir = tmp_path / "csv"
+    trace_dir.mkdir()
+    (tiny_trace / "nodes.csv").rename(trace_dir / "openb_node_list_gpu_node.csv")
+    (tiny_trace / "pods.csv").rename(trace_dir / "openb_pod_list_tiny.csv")
+    args = ("--pods", "tiny", "--seeds", "42", "--policy", "bestfit", "--json", "--jobs", "1")
+    by_flag = json.loads(bench_cli("--trace-dir", str(trace_dir), *args).stdout)
+    by_env = json.loads(gpu_scheduler("bench", "openb", *args,
+                                      env={**os.environ, "GPU_SCHEDULER_OPENB_DIR": str(trace_dir)}).stdout)
+    assert by_flag == by_env and by_flag["policies"]["bestfit"]["seeds"] == [42]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pods", "x.csv"], "--nodes is missing: give --nodes and --pods, or --trace-dir DIR"),
+        (["--trace-dir", "/nonexistent"], "--trace-dir /nonexistent: no such directory"),
+    ],
+)
+def test_missing_trace_files_say_where_to_get_them(args, message):
+    err = gpu_scheduler("bench", "openb", *args, code=2,
+                        env={k: v for k, v in os.environ.items() if k != "GPU_SCHEDULER_OPENB_DIR"}).stderr
+    assert message in err

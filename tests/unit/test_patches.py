@@ -178,6 +178,39 @@ def test_rule_selection(gpus, labels, namespace_labels, rule):
     assert decision.namespace_unknown is (namespace_labels is None)
 
 
+@pytest.mark.parametrize(
+    ("gpus", "labels", "namespace_labels", "why"),
+    [
+        ("1", {"job-type": "training"}, {"team": "research"}, "minGPUs 2: the pod asks for 1 GPU"),
+        ("2", {"job-type": "serving"}, {"team": "research"},
+         "podSelector job-type=training: the pod has job-type=serving"),
+        ("2", {}, {"team": "research"}, "podSelector job-type=training: the pod has no job-type"),
+        ("2", {"job-type": "training"}, {"team": "web", "env": "prod"},
+         "namespaceSelector team=research: the namespace has team=web"),
+        ("2", {"job-type": "training"}, {}, "namespaceSelector team=research: the namespace has no team"),
+        ("2", {"job-type": "training"}, None, "namespaceSelector team=research: the namespace's labels are not known"),
+    ],
+)
+def test_each_rule_skipped_before_the_match_says_why(gpus, labels, namespace_labels, why):
+    decision = patches.decide(pod(gpus=gpus, labels=labels), namespace_labels=namespace_labels, settings=SETTINGS)
+    assert decision.skipped[0] == ("research-training", why)
+    lines = decision.explanation()
+    assert (lines[0], lines[-1]) == (f"rule 'research-training' skipped: {why}", "matched rule 'any-gpu'")
+    assert len(lines) == len(decision.skipped) + 1
+
+
+def test_max_gpus_and_shares_read_as_gpu_counts():
+    settings = config.parse({"admission": {"rules": [{"name": "small", "maxGPUs": 1}, {"name": "big", "minGPUs": 2},
+                                                     {"name": "rest"}]}})
+    share = pod(gpus=None, annotations={"gpu-scheduler.io/gpu-milli": "250"})
+    assert patches.decide(share, namespace_labels={}, settings=settings).skipped == ()
+    decision = patches.decide(pod(gpus="4"), namespace_labels={}, settings=settings)
+    assert decision.skipped == (("small", "maxGPUs 1: the pod asks for 4 GPUs"),)
+    decision = patches.decide(share, namespace_labels={}, settings=config.parse(
+        {"admission": {"rules": [{"name": "big", "minGPUs": 1}]}}))
+    assert (decision.rule, decision.skipped) == (None, (("big", "minGPUs 1: the pod asks for 0.25 GPUs"),))
+
+
 def test_a_gpu_share_counts_as_a_fraction_of_a_gpu():
     decision = decide(pod(gpus=None, annotations={"gpu-scheduler.io/gpu-milli": "500"}))
     assert decision.gpus == Fraction(1, 2)

@@ -1,25 +1,19 @@
-"""`gpu-scheduler simulate`: the bundled example, input formats, and the JSON contract of DESIGN.md."""
+"""`gpu-scheduler simulate`: the bundled example, input formats, and the JSON contract of ARCHITECTURE.md."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from scheduler_core import objects, simulation
+from tests.commands import gpu_scheduler
 from tests.unit.builders import node, pod
 from webhook import config
 
-ROOT = Path(__file__).parents[2]
-
 
 def simulate_cli(*args, code=0):
-    result = subprocess.run([sys.executable, "-m", "gpu_scheduler", "simulate", *args], capture_output=True,
-                            text=True, cwd=ROOT)
-    assert result.returncode == code, result.stderr
-    return result
+    return gpu_scheduler("simulate", *args, code=code)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ def test_json_output_follows_the_contract(bundled):
     summary = bundled["summary"]
     assert {"pods", "scheduled", "unschedulable", "gpu_allocation_ratio"} <= set(summary)
     assert summary["pods"] == len(bundled["placements"])
-    assert summary["scheduled"] == sum(1 for p in bundled["placements"] if p["node"])
+    assert summary["scheduled"] == sum(1 for p in bundled["placements"] if p["node"] and not p["already_bound"])
     assert 0.0 <= summary["gpu_allocation_ratio"] <= 1.0
 
 
@@ -56,10 +50,76 @@ def test_the_bundled_example_shows_every_rule_and_both_outcomes(bundled):
     assert placements["research/volcano-worker-0"]["reason"].startswith("left to volcano")
 
 
+def test_pods_bound_in_the_input_are_counted_apart_from_what_this_run_placed(bundled):
+    summary = bundled["summary"]
+    assert (summary["pods"], summary["scheduled"], summary["already_bound"]) == (25, 14, 5)
+    assert summary["pods"] == sum(summary[k] for k in ("scheduled", "already_bound", "unschedulable", "not_ours"))
+    placements = {p["pod"]: p for p in bundled["placements"]}
+    # a CPU pod of default-scheduler, bound before: not something this run placed
+    assert placements["research/mlflow-tracking"]["already_bound"] is True
+    assert placements["research/resnet-train-2gpu"]["already_bound"] is False
+    assert 0 < summary["gpu_allocation_ratio_before"] < summary["gpu_allocation_ratio"]
+
+
 def test_the_bundled_example_table_is_readable():
     out = simulate_cli().stdout
-    assert out.splitlines()[0].split() == ["POD", "RULE", "NODE", "GPUS", "WHY", "NOT"]
-    assert "GPU allocation" in out and "NVIDIA-H100-80GB-HBM3" in out
+    lines = out.splitlines()
+    assert lines[0].split() == ["POD", "RULE", "NODE", "GPUS", "NOTE"]
+    mlflow = next(line for line in lines if line.startswith("research/mlflow-tracking"))
+    assert mlflow.split()[2:] == ["cpu-m6i-1", "-", "already", "bound", "(spec.nodeName", "in", "the", "input)"]
+    assert ("25 pods: 14 placed by this run, 5 already bound, 2 unschedulable, 4 left to other schedulers; "
+            "GPU allocation 62.5% of 50 GPUs (9.0% before this run)") in lines
+    assert "NVIDIA-H100-80GB-HBM3" in out
+
+
+def test_verbose_tells_how_admission_treated_each_pending_pod():
+    err = simulate_cli("-v").stderr.splitlines()
+    assert err[:3] == [
+        "# research/resnet-train-2gpu: matched rule 'a100-training'",
+        "# research/llm-finetune-4gpu: matched rule 'a100-training'",
+        "# research/giant-train-16gpu: matched rule 'a100-training'",
+    ]
+    assert "# ml-serving/recsys-ranker-1: rule 'a100-training' skipped: minGPUs 2: the pod asks for 1 GPU" in err
+    assert "# notebooks/jupyter-bob: rule 'a100-training' skipped: minGPUs 2: the pod asks for 0.25 GPUs" in err
+    assert ("# legacy/old-trainer: not sent to the webhook: namespace legacy is not labelled "
+            "gpu-scheduler.io/inject=enabled") in err
+    assert "# research/debug-shell: not sent to the webhook: the pod is labelled gpu-scheduler.io/inject=disabled" in err
+    assert not any(line.startswith("# research/bert-pretrain-0") for line in err)  # already bound: no admission
+    assert simulate_cli().stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pods", "examples/nodes.yaml"],
+         "--pods examples/nodes.yaml: expected Pod or Namespace objects, found 12 Node "
+         "(first unexpected: Node gpu-a100-40g-1)"),
+        (["--nodes", "examples/pods.yaml"],
+         "--nodes examples/pods.yaml: expected Node objects, found 25 Pod, 4 Namespace "
+         "(first unexpected: Namespace research)"),
+        (["--nodes", "examples/config.yaml"],
+         "--nodes examples/config.yaml: document 1 is not a Kubernetes object (every object has kind and "
+         "metadata); expected Node objects"),
+    ],
+)
+def test_swapped_or_wrong_input_files_are_refused_naming_what_they_hold(args, message):
+    assert f"gpu-scheduler: {message}\n" == simulate_cli(*args, code=2).stderr
+
+
+def test_an_empty_file_is_refused(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    assert f"--nodes {empty}: holds no objects; expected Node objects" in simulate_cli("--nodes", str(empty),
+                                                                                    code=2).stderr
+
+
+def test_the_apis_own_list_leaves_kinds_out_of_its_items(tmp_path):
+    nodes = [node("a", gpus=2), node("b", gpus=2)]
+    for item in nodes:
+        del item["kind"]
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}))
+    assert [o["kind"] for o in objects.load(path, kinds=("Node",))] == ["Node", "Node"]
 
 
 @pytest.mark.parametrize("form", ["list", "stream", "single", "json"])
@@ -81,7 +141,7 @@ def test_input_forms(tmp_path, form):
 @pytest.mark.parametrize(
     ("text", "message"),
     [("a: [", "not valid YAML or JSON"), ("- 1\n- 2\n", "document 1 is not an object"),
-     ("kind: List\nitems: [1]\n", "every object needs metadata")],
+     ("kind: List\nitems: [1]\n", "document 1 is not a Kubernetes object (every object has kind and metadata)")],
 )
 def test_bad_input_files_say_what_is_wrong(tmp_path, text, message):
     bad = tmp_path / "bad.yaml"
