@@ -3,7 +3,7 @@
 One loop thread owns the cluster model, the queue and every decision; node and pod
 watches and the binder threads only post events to it, so the model needs no locks and
 an assumption is never raced by an update. A decision is assumed into the model at
-once and bound asynchronously (devices annotation first, then the Binding), so the loop
+once and bound asynchronously (one Binding that carries the devices annotation), so the loop
 never waits on an API round trip; a bind that fails un-assumes and requeues the pod.
 """
 
