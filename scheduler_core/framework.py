@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins
+from scheduler_core import placement, plugins, profile
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
-from webhook import config
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Framework:
     ties at random (the default is seeded, so the same input still gives the same placement).
     """
 
-    def __init__(self, cluster: Cluster, scheduling: config.Scheduling = config.Scheduling(), *,
+    def __init__(self, cluster: Cluster, scheduling: profile.Scheduling = profile.Scheduling(), *,
                  workload: placement.Workload | None = None, rng: np.random.Generator | None = None):
         self.cluster = cluster
         self.workload = workload if workload is not None else placement.Workload()
@@ -47,7 +46,7 @@ class Framework:
         self.configure(scheduling)
         self._caches: dict[Any, Any] = {}
 
-    def configure(self, scheduling: config.Scheduling) -> None:
+    def configure(self, scheduling: profile.Scheduling) -> None:
         """Apply new scoring settings; validated already by the config parser."""
         self.scheduling = scheduling
         self.scores = [

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import cluster as cluster_model
-from scheduler_core import framework, nodes, placement, pods
+from scheduler_core import framework, nodes, placement, pods, profile
 from scheduler_core.nodes import GPU_MILLI
-from webhook import config
 
 CHECKPOINTS = (100, 110, 120, 130)  # arrived GPU demand, percent of capacity
 INFLATION = 1.3  # the workload grows to this multiple of the cluster's GPUs
@@ -126,13 +125,13 @@ class Replay:
     placed: int
 
 
-def scheduling_for(policy: str) -> config.Scheduling:
+def scheduling_for(policy: str) -> profile.Scheduling:
     """`ours`: the product's defaults; a baseline: its plugin alone."""
     if policy == OURS:
-        return config.Scheduling()
+        return profile.Scheduling()
     if policy not in BASELINES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    return config.Scheduling(weights=tuple((name, int(name == policy)) for name in config.SCORE_PLUGINS))
+    return profile.Scheduling(weights=tuple((name, int(name == policy)) for name in profile.SCORE_PLUGINS))
 
 
 def arrival_order(trace: Trace, seed: int) -> list[int]:

@@ -28,7 +28,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
-from scheduler_core import binding, cluster, framework, metrics, nodes, pods, queueing, warmup
+from scheduler_core import binding, cluster, framework, metrics, nodes, pods, profile, queueing, warmup
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ class LiveScheduler:
                 else:
                     self.orphans.setdefault(node, {})[key] = obj
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if config.INITIAL_COST_ANNOTATION in annotations:
+            if profile.INITIAL_COST_ANNOTATION in annotations:
                 self.warm_candidates[key] = obj
             else:
                 self.warm_candidates.pop(key, None)

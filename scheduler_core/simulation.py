@@ -17,7 +17,7 @@ from typing import Any, Literal
 import jsonpatch
 
 from scheduler_core import cluster as cluster_model
-from scheduler_core import framework, nodes, pods
+from scheduler_core import framework, nodes, pods, profile
 from webhook import config, patches, rules
 
 INJECT_LABEL = "gpu-scheduler.io/inject"
@@ -128,7 +128,7 @@ def simulate(
             assignment = model.assignments.get(bound.key)
             devices = assignment.devices if assignment else ()
             placements[position] = _placement(bound, bound.node_name, devices, None,
-                                              rules.annotations_of(pod).get(config.RULE_ANNOTATION),
+                                              rules.annotations_of(pod).get(profile.RULE_ANNOTATION),
                                               outcome="already-bound")
     used_before, _ = model.gpu_totals()
     for position, pod in enumerate(pod_list):
@@ -155,7 +155,7 @@ def _admit(pod: Mapping[str, Any], namespaces: Mapping[str, Mapping[str, str]], 
     """What the webhook would make of the pod, as the MutatingWebhookConfiguration selects it, and why."""
     metadata = pod.get("metadata") or {}
     namespace = metadata.get("namespace") or "default"
-    rule = rules.annotations_of(pod).get(config.RULE_ANNOTATION)
+    rule = rules.annotations_of(pod).get(profile.RULE_ANNOTATION)
     if namespace not in namespaces:
         return pod, rule, (f"not sent to the webhook: no Namespace {namespace} in the input, "
                            f"so it is not labelled {INJECT_LABEL}=enabled",)

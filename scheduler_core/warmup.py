@@ -15,17 +15,19 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import config, patches
+import jsonpointer
+
+from scheduler_core import profile
 
 WARMED_ANNOTATION = "gpu-scheduler.io/deletion-cost-warmed-at"  # when the one promotion happened
 
 
-def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: config.Warmup) -> list[dict[str, Any]] | None:
+def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: profile.Warmup) -> list[dict[str, Any]] | None:
     """The JSON patch promoting `pod`, or None when it is not (or no longer) due."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    initial = annotations.get(config.INITIAL_COST_ANNOTATION)
-    current = annotations.get(config.DELETION_COST_ANNOTATION)
+    initial = annotations.get(profile.INITIAL_COST_ANNOTATION)
+    current = annotations.get(profile.DELETION_COST_ANNOTATION)
     warmed = str(warmup.cost)
     if (initial is None or current != initial or current == warmed or WARMED_ANNOTATION in annotations
             or metadata.get("deletionTimestamp")):
@@ -33,11 +35,11 @@ def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: config.Warmup
     ready_since = _ready_since(pod)
     if ready_since is None or (now - ready_since).total_seconds() < warmup.seconds:
         return None
-    path = f"/metadata/annotations/{patches.escape(config.DELETION_COST_ANNOTATION)}"
+    path = f"/metadata/annotations/{jsonpointer.escape(profile.DELETION_COST_ANNOTATION)}"
     return [
         {"op": "test", "path": path, "value": current},
         {"op": "replace", "path": path, "value": warmed},
-        {"op": "add", "path": f"/metadata/annotations/{patches.escape(WARMED_ANNOTATION)}",
+        {"op": "add", "path": f"/metadata/annotations/{jsonpointer.escape(WARMED_ANNOTATION)}",
          "value": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
     ]
 

@@ -11,55 +11,31 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import yaml
 
-from scheduler_core import objects
+from scheduler_core import objects, profile
 from webhook import names, selectors
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
 MEMORY_ANNOTATION = "gpu.nvidia.com/memory"
 SPOT_ANNOTATION = "gpu-scheduler.io/spot"
-RULE_ANNOTATION = "gpu-scheduler.io/rule"
 MILLI_ANNOTATION = "gpu-scheduler.io/gpu-milli"
 DEVICES_ANNOTATION = "gpu-scheduler.io/gpu-devices"
-DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-# The cost the webhook wrote, so the warm-up raises only a cost nobody changed since.
-INITIAL_COST_ANNOTATION = "gpu-scheduler.io/initial-deletion-cost"
 CONFIG_KEY = "config.yaml"
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
-# Score plugins of scheduler_core and their default weights (scheduling.weights overrides).
-SCORE_PLUGINS: dict[str, int] = {
-    "gpu-placement": 1,  # binpack / spread across nodes and GPU devices
-    "node-resources": 1,  # cpu and memory, following nodePolicy
-    "gpu-utilization": 1,  # prefer GPUs that are less busy right now
-    "spot": 2,  # the pod's spot preference
-    "locality": 2,  # near pods of the same application: same node, then same zone
-    "node-affinity": 2,  # preferred node affinity terms, as upstream
-    "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
-    # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
-    "random": 0,
-    "bestfit": 0,
-    "dotproduct": 0,
-    "gpupacking": 0,
-    "fgd": 0,
-    # ... and ours, the default: usable GPU lost to fragmentation, cpu/memory stranding and model contention
-    "gpu-fragmentation": 10,
-}
-Policy = Literal["binpack", "spread"]
-POLICIES: tuple[Policy, ...] = ("binpack", "spread")
 
 # Annotations a rule must set through its dedicated field, never through `set.annotations`.
 _RESERVED_ANNOTATIONS = {
     MODEL_ANNOTATION: "set.gpuModel",
     MEMORY_ANNOTATION: "set.gpuMemoryMiB",
     SPOT_ANNOTATION: "set.spot",
-    DELETION_COST_ANNOTATION: "set.deletionCost",
-    RULE_ANNOTATION: "nothing (the webhook writes it)",
-    INITIAL_COST_ANNOTATION: "nothing (the webhook writes it)",
+    profile.DELETION_COST_ANNOTATION: "set.deletionCost",
+    profile.RULE_ANNOTATION: "nothing (the webhook writes it)",
+    profile.INITIAL_COST_ANNOTATION: "nothing (the webhook writes it)",
     DEVICES_ANNOTATION: "nothing (the scheduler writes it)",
 }
 
@@ -116,29 +92,10 @@ class Admission:
 
 
 @dataclass(frozen=True)
-class Warmup:
-    seconds: int = 60  # Ready this long before the deletion cost is raised
-    cost: int = 0  # the warmed deletion cost
-
-
-@dataclass(frozen=True)
-class Scheduling:
-    node_policy: Policy = "binpack"  # across nodes
-    gpu_policy: Policy = "binpack"  # across the GPUs of one node
-    weights: tuple[tuple[str, int], ...] = ()  # score plugin name -> weight, over SCORE_PLUGINS defaults
-    warmup: Warmup = field(default_factory=Warmup)
-    locality_labels: tuple[str, ...] = ("app.kubernetes.io/part-of", "app")  # first present names the app
-    utilization_max_age_seconds: int = 300  # older gpu-utilization readings are ignored
-
-    def weight_of(self, plugin: str) -> int:
-        return dict(self.weights).get(plugin, SCORE_PLUGINS[plugin])
-
-
-@dataclass(frozen=True)
 class Config:
     scheduler_name: str = "gpu-scheduler"
     admission: Admission = field(default_factory=Admission)
-    scheduling: Scheduling = field(default_factory=Scheduling)
+    scheduling: profile.Scheduling = field(default_factory=profile.Scheduling)  # what the core is told
 
 
 def loads(text: str) -> Config:
@@ -309,29 +266,30 @@ def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
     return actions
 
 
-def _scheduling(check: _Checker, value: object, path: str) -> Scheduling | None:
+def _scheduling(check: _Checker, value: object, path: str) -> profile.Scheduling | None:
     section = check.mapping(
         value, path, {"nodePolicy", "gpuPolicy", "weights", "warmup", "localityLabels", "utilizationMaxAgeSeconds"}
     )
     if section is None:
         return None
-    warmup = Warmup()
+    warmup = profile.Warmup()
     if "warmup" in section:
         warm_path = _join(path, "warmup")
         raw = check.mapping(section["warmup"], warm_path, {"seconds", "cost"})
         if raw is not None:
-            warmup = Warmup(
-                seconds=check.optional(raw, "seconds", warm_path, _non_negative_int, Warmup.seconds),
-                cost=check.optional(raw, "cost", warm_path, _int32, Warmup.cost),
+            warmup = profile.Warmup(
+                seconds=check.optional(raw, "seconds", warm_path, _non_negative_int, profile.Warmup.seconds),
+                cost=check.optional(raw, "cost", warm_path, _int32, profile.Warmup.cost),
             )
-    return Scheduling(
-        node_policy=check.optional(section, "nodePolicy", path, _one_of(POLICIES), "binpack"),
-        gpu_policy=check.optional(section, "gpuPolicy", path, _one_of(POLICIES), "binpack"),
+    return profile.Scheduling(
+        node_policy=check.optional(section, "nodePolicy", path, _one_of(profile.POLICIES), "binpack"),
+        gpu_policy=check.optional(section, "gpuPolicy", path, _one_of(profile.POLICIES), "binpack"),
         weights=check.optional(section, "weights", path, _weights, ()),
         warmup=warmup,
-        locality_labels=check.optional(section, "localityLabels", path, _resource_names, Scheduling.locality_labels),
+        locality_labels=check.optional(section, "localityLabels", path, _resource_names,
+                                       profile.Scheduling.locality_labels),
         utilization_max_age_seconds=check.optional(
-            section, "utilizationMaxAgeSeconds", path, _positive_int, Scheduling.utilization_max_age_seconds
+            section, "utilizationMaxAgeSeconds", path, _positive_int, profile.Scheduling.utilization_max_age_seconds
         ),
     )
 
@@ -488,8 +446,8 @@ def _weights(check: _Checker, value: object, path: str) -> tuple[tuple[str, int]
         return None
     weights = []
     for key, raw in value.items():
-        if key not in SCORE_PLUGINS:
-            check.fail(f"{path}.{key}", f"unknown score plugin; expected one of {', '.join(SCORE_PLUGINS)}")
+        if key not in profile.SCORE_PLUGINS:
+            check.fail(f"{path}.{key}", f"unknown score plugin; expected one of {', '.join(profile.SCORE_PLUGINS)}")
             continue
         weight = _non_negative_int(check, raw, f"{path}.{key}")
         if weight is not None:

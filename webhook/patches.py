@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from scheduler_core import profile
 from webhook import config, rules
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -69,11 +70,11 @@ def decide(
     existing = rules.annotations_of(pod)
     wanted = [(k, v) for k, v in rule.actions.annotation_items() if k not in existing]
     cost = admission.initial_deletion_cost if rule.actions.deletion_cost is None else rule.actions.deletion_cost
-    if config.DELETION_COST_ANNOTATION not in existing:
-        wanted.append((config.DELETION_COST_ANNOTATION, str(cost)))
-        wanted.append((config.INITIAL_COST_ANNOTATION, str(cost)))
-    if existing.get(config.RULE_ANNOTATION) != rule.name:
-        wanted.append((config.RULE_ANNOTATION, rule.name))
+    if profile.DELETION_COST_ANNOTATION not in existing:
+        wanted.append((profile.DELETION_COST_ANNOTATION, str(cost)))
+        wanted.append((profile.INITIAL_COST_ANNOTATION, str(cost)))
+    if existing.get(profile.RULE_ANNOTATION) != rule.name:
+        wanted.append((profile.RULE_ANNOTATION, rule.name))
     patch += _add_to_map(pod, "annotations", wanted)
 
     labels = rules.labels_of(pod)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_core import cluster, framework, nodes, pods
-from webhook import config
+from scheduler_core import cluster, framework, nodes, pods, profile
 
 
 def node(name: str, *, gpus: int = 8, model: str | None = "NVIDIA-A100-SXM4-40GB", memory_mib: int | None = 40960,
@@ -77,11 +76,11 @@ def pod(name: str, *, gpus: int = 0, milli: int | None = None, model: str | None
     }
 
 
-def scheduler(*node_objects: dict[str, Any], scheduling: config.Scheduling | None = None) -> framework.Framework:
+def scheduler(*node_objects: dict[str, Any], scheduling: profile.Scheduling | None = None) -> framework.Framework:
     model = cluster.Cluster()
     for obj in node_objects:
         model.set_node(nodes.parse(obj))
-    return framework.Framework(model, scheduling or config.Scheduling())
+    return framework.Framework(model, scheduling or profile.Scheduling())
 
 
 def facts(obj: dict[str, Any]) -> pods.PodFacts:

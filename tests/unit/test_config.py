@@ -4,6 +4,7 @@ import textwrap
 
 import pytest
 
+from scheduler_core import profile
 from webhook import config
 
 
@@ -22,7 +23,7 @@ def test_defaults_fill_what_the_document_leaves_out():
     assert settings == config.Config()
     assert settings.admission.gpu_resources == ("nvidia.com/gpu",)
     assert settings.admission.initial_deletion_cost == -50
-    assert settings.scheduling.warmup == config.Warmup(seconds=60, cost=0)
+    assert settings.scheduling.warmup == profile.Warmup(seconds=60, cost=0)
 
 
 def test_the_design_example_parses_into_rules():
@@ -73,7 +74,7 @@ def test_the_design_example_parses_into_rules():
     assert settings.scheduling.node_policy == "spread"
     assert settings.scheduling.weights == (("gpu-placement", 3),)
     assert settings.scheduling.weight_of("gpu-placement") == 3 and settings.scheduling.weight_of("spot") == 2
-    assert settings.scheduling.warmup == config.Warmup(seconds=120, cost=10)
+    assert settings.scheduling.warmup == profile.Warmup(seconds=120, cost=10)
 
 
 def test_a_configmap_manifest_is_read_from_its_config_yaml_key():

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from scheduler_core import extender, pods
+from scheduler_core import extender, pods, profile
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -208,7 +208,7 @@ def scores(client: Any, pod_obj: dict[str, Any], names: list[str]) -> dict[str, 
 ])
 def test_prioritize_scores_0_to_10_following_the_node_policy(policy, expected):
     busy = gpu_pod("busy", gpus=3, node_name="a100-2")
-    settings = config.Config(scheduling=config.Scheduling(node_policy=policy))
+    settings = config.Config(scheduling=profile.Scheduling(node_policy=policy))
     _, _, client = make(settings=settings, bound=(busy,))
     assert scores(client, gpu_pod("p", gpus=1, model="A100"), ["a100-1", "a100-2", "l4-1", "ghost"]) == expected
 

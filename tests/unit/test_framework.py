@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduler_core import pods
+from scheduler_core import pods, profile
 from tests.unit.builders import facts, node, pod, scheduler
 from webhook import config
 
@@ -81,14 +81,14 @@ def test_required_and_preferred_node_affinity():
     assert s.decide(facts(pod("p", gpus=1, affinity=affinity))).node == "c"
 
 
-GPU_PLACEMENT_ONLY = config.Scheduling(weights=(("gpu-fragmentation", 0),))  # the default before issue 7
+GPU_PLACEMENT_ONLY = profile.Scheduling(weights=(("gpu-fragmentation", 0),))  # the default before issue 7
 
 
 def test_whole_gpus_binpack_onto_the_fullest_node_and_spread_onto_the_emptiest():
     s = scheduler(node("a"), node("b"), scheduling=GPU_PLACEMENT_ONLY)
     s.place(facts(pod("first", gpus=4)))
     assert s.decide(facts(pod("p", gpus=2))).node == "a"
-    spread = config.Scheduling(node_policy="spread", weights=(("gpu-fragmentation", 0),))
+    spread = profile.Scheduling(node_policy="spread", weights=(("gpu-fragmentation", 0),))
     s.configure(spread)
     assert s.decide(facts(pod("p", gpus=2))).node == "b"
 
@@ -111,7 +111,7 @@ def test_shares_pack_onto_a_partly_used_gpu():
 
 
 def test_gpu_spread_puts_shares_on_the_emptiest_gpu():
-    s = scheduler(node("a", gpus=2), scheduling=config.Scheduling(gpu_policy="spread"))
+    s = scheduler(node("a", gpus=2), scheduling=profile.Scheduling(gpu_policy="spread"))
     a = s.place(facts(pod("n1", milli=300)))
     b = s.place(facts(pod("n2", milli=300)))
     assert a.devices[0].index != b.devices[0].index
@@ -135,7 +135,7 @@ def test_utilization_prefers_idle_gpus():
 
 def test_locality_prefers_the_node_then_the_zone_of_the_same_app():
     s = scheduler(node("a1", gpus=2, zone="a"), node("b1", gpus=4, zone="b"), node("b2", gpus=8, zone="b"),
-                  scheduling=config.Scheduling(node_policy="spread", weights=(("gpu-placement", 0),)))
+                  scheduling=profile.Scheduling(node_policy="spread", weights=(("gpu-placement", 0),)))
     s.cluster.restore(facts(pod("web-0", gpus=1, node_name="b2", labels={"app": "web"})))
     assert s.decide(facts(pod("web-1", gpus=1, labels={"app": "web"}))).node == "b2"
     s.cluster.restore(facts(pod("db-0", gpus=1, node_name="b1", labels={"app": "db"})))
@@ -155,12 +155,12 @@ def test_ties_go_to_the_first_node_by_name_whatever_the_input_order():
 def test_explain_gives_weighted_scores_per_plugin():
     decision = scheduler(node("a"), node("b")).decide(facts(pod("p", gpus=1)), explain=True)
     assert set(decision.scores) == {"a", "b"}
-    enabled = {name for name, weight in config.SCORE_PLUGINS.items() if weight > 0}
+    enabled = {name for name, weight in profile.SCORE_PLUGINS.items() if weight > 0}
     assert set(decision.scores["a"]) == enabled | {"total"}
 
 
 def test_weights_of_zero_switch_a_plugin_off():
     busy = node("a", annotations={"gpu-scheduler.io/gpu-utilization": "0.9"})
     idle = node("b", annotations={"gpu-scheduler.io/gpu-utilization": "0.1"})
-    s = scheduler(busy, idle, scheduling=config.Scheduling(weights=(("gpu-utilization", 0),)))
+    s = scheduler(busy, idle, scheduling=profile.Scheduling(weights=(("gpu-utilization", 0),)))
     assert s.decide(facts(pod("p", gpus=1))).node == "a"

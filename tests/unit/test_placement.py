@@ -5,16 +5,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scheduler_core import cluster, framework, nodes, openb, placement, pods
+from scheduler_core import cluster, framework, nodes, openb, placement, pods, profile
 from tests.unit.builders import facts, node, pod
 from webhook import config
 
 GIB = "Gi"
 
 
-def only(policy: str, **extra: object) -> config.Scheduling:
+def only(policy: str, **extra: object) -> profile.Scheduling:
     """A policy's plugin alone, as `bench openb --policy` runs it."""
-    return config.Scheduling(weights=tuple((name, int(name == policy)) for name in config.SCORE_PLUGINS), **extra)
+    return profile.Scheduling(weights=tuple((name, int(name == policy)) for name in profile.SCORE_PLUGINS), **extra)
 
 
 def build(node_objects, bound=(), *, scheduling, workload=None, seed=0) -> framework.Framework:
@@ -62,12 +62,12 @@ def test_cached_costs_match_a_fresh_computation():
     """Costs are kept per pod shape and recomputed only for rows that changed: the same as from scratch."""
     shapes = [pod("w1", gpus=1, cpu="8"), pod("w2", milli=300, cpu="2"), pod("w4", gpus=4, cpu="16")]
     node_objects = [node(f"n{i}", gpus=g, cpu=c) for i, (g, c) in enumerate([(8, "96"), (2, "104"), (4, "32")] * 3)]
-    kept = build(node_objects, scheduling=config.Scheduling(), workload=workload_of(*shapes))
+    kept = build(node_objects, scheduling=profile.Scheduling(), workload=workload_of(*shapes))
     for i, shape in enumerate([1, 300, 4, 300, 1, 1, 300, 4, 1, 300] * 2):
         kept.place(facts(pod(f"p{i}", gpus=shape if shape < 10 else 0, milli=shape if shape >= 10 else None,
                              cpu="4")))
     probe = facts(pod("probe", milli=300, cpu="4"))  # a shape placed before: its costs are cached
-    fresh = framework.Framework(kept.cluster, config.Scheduling(), workload=workload_of(*shapes))
+    fresh = framework.Framework(kept.cluster, profile.Scheduling(), workload=workload_of(*shapes))
     assert kept.decide(probe, explain=True).scores == fresh.decide(probe, explain=True).scores
 
 
@@ -163,9 +163,9 @@ def test_a_learned_workload_follows_the_recent_mix():
 
 
 def test_ours_is_the_product_default():
-    assert config.Scheduling().weight_of("gpu-fragmentation") > 0
-    assert openb.scheduling_for(openb.OURS) == config.Scheduling()
-    assert all(config.Scheduling().weight_of(name) == 0 for name in openb.BASELINES)
+    assert profile.Scheduling().weight_of("gpu-fragmentation") > 0
+    assert openb.scheduling_for(openb.OURS) == profile.Scheduling()
+    assert all(profile.Scheduling().weight_of(name) == 0 for name in openb.BASELINES)
 
 
 def test_ours_puts_cpu_only_pods_where_cpu_is_spare_not_where_gpus_need_it():
@@ -173,7 +173,7 @@ def test_ours_puts_cpu_only_pods_where_cpu_is_spare_not_where_gpus_need_it():
     gpu_dense = node("a-gpu-dense", gpus=8, cpu="96")
     cpu_rich = node("b-cpu-rich", gpus=2, cpu="104")
     seen = workload_of(pod("w", gpus=1, cpu="12"), times=1)
-    ours = build([gpu_dense, cpu_rich], scheduling=config.Scheduling(), workload=seen)
+    ours = build([gpu_dense, cpu_rich], scheduling=profile.Scheduling(), workload=seen)
     assert ours.decide(facts(pod("cpu-only", cpu="64"))).node == "b-cpu-rich"
 
 
@@ -182,7 +182,7 @@ def test_ours_keeps_a_scarce_model_for_the_pods_that_need_it():
     a100 = node("a100", gpus=2, model="NVIDIA-A100-SXM4-40GB")
     l4 = node("l4", gpus=8, model="NVIDIA-L4", memory_mib=23034)
     seen = placement.Workload.of([facts(pod("any", gpus=1))] * 2 + [facts(pod("a", gpus=1, model="A100"))])
-    ours = build([a100, l4], scheduling=config.Scheduling(), workload=seen)
+    ours = build([a100, l4], scheduling=profile.Scheduling(), workload=seen)
     assert ours.decide(facts(pod("p", gpus=1))).node == "l4"
     assert ours.decide(facts(pod("q", gpus=1, model="A100"))).node == "a100"
     assert build([a100, l4], scheduling=only("bestfit")).decide(facts(pod("p", gpus=1))).node == "a100"
@@ -190,7 +190,7 @@ def test_ours_keeps_a_scarce_model_for_the_pods_that_need_it():
 
 def test_ours_fills_a_shared_gpu_before_breaking_an_idle_one():
     ours = build([node("a", gpus=2), node("b", gpus=2)], [pod("x", milli=500, node_name="b")],
-                 scheduling=config.Scheduling(), workload=workload_of(pod("w", gpus=1), pod("s", milli=500)))
+                 scheduling=profile.Scheduling(), workload=workload_of(pod("w", gpus=1), pod("s", milli=500)))
     decision = ours.decide(facts(pod("p", milli=500)))
     assert (decision.node, decision.devices) == ("b", (decision.devices[0],))
     assert ours.cluster.gpu_free[ours.cluster.index["b"], decision.devices[0].index] == 500
@@ -198,12 +198,12 @@ def test_ours_fills_a_shared_gpu_before_breaking_an_idle_one():
 
 def test_ours_stands_aside_when_the_admin_asks_for_spread():
     spread = build([node("a"), node("b")], [pod("x", gpus=4, node_name="a")],
-                   scheduling=config.Scheduling(node_policy="spread"), workload=workload_of(pod("w", gpus=2)))
+                   scheduling=profile.Scheduling(node_policy="spread"), workload=workload_of(pod("w", gpus=2)))
     assert spread.decide(facts(pod("p", gpus=2))).node == "b"
 
 
 def test_ours_learns_the_shapes_from_the_pods_it_decides_on():
-    ours = build([node("a")], scheduling=config.Scheduling())
+    ours = build([node("a")], scheduling=profile.Scheduling())
     ours.place(facts(pod("p", gpus=1, cpu="4")))
     ours.decide(facts(pod("q", milli=250, cpu="1")))
     assert sorted(s.gpus * 1000 + s.gpu_milli for s in ours.workload.counts) == [250, 1000]

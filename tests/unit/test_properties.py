@@ -5,7 +5,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import simulation
+from scheduler_core import profile, simulation
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -52,7 +52,7 @@ def workloads(draw):
 
 SETTINGS = [
     config.Config(),
-    config.Config(scheduling=config.Scheduling(node_policy="spread", gpu_policy="spread")),
+    config.Config(scheduling=profile.Scheduling(node_policy="spread", gpu_policy="spread")),
 ]
 
 

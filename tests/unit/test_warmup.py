@@ -5,11 +5,10 @@ import datetime
 import jsonpatch
 import pytest
 
-from scheduler_core import warmup
-from webhook import config
+from scheduler_core import profile, warmup
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
-WARMUP = config.Warmup(seconds=60, cost=0)
+WARMUP = profile.Warmup(seconds=60, cost=0)
 
 
 def pod(cost="-50", initial="-50", ready_seconds_ago=120, ready=True, deleting=False):

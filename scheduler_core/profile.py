@@ -1,0 +1,57 @@
+"""The scheduling profile: what `scheduling:` in config.yaml tells the core, parsed already.
+
+As a kube-scheduler profile holds its plugins' weights, this holds the node and GPU policies, the
+score weights, the deletion-cost warm-up and the few names the core reads. `webhook.config` parses
+the whole file and builds these; the core takes them as plain frozen values and never parses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Annotations the webhook writes and the core reads.
+RULE_ANNOTATION = "gpu-scheduler.io/rule"  # the rule that matched (reported by `simulate`)
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+# The cost the webhook wrote, so the warm-up raises only a cost nobody changed since.
+INITIAL_COST_ANNOTATION = "gpu-scheduler.io/initial-deletion-cost"
+
+# Score plugins of scheduler_core and their default weights (scheduling.weights overrides).
+SCORE_PLUGINS: dict[str, int] = {
+    "gpu-placement": 1,  # binpack / spread across nodes and GPU devices
+    "node-resources": 1,  # cpu and memory, following nodePolicy
+    "gpu-utilization": 1,  # prefer GPUs that are less busy right now
+    "spot": 2,  # the pod's spot preference
+    "locality": 2,  # near pods of the same application: same node, then same zone
+    "node-affinity": 2,  # preferred node affinity terms, as upstream
+    "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
+    # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
+    "random": 0,
+    "bestfit": 0,
+    "dotproduct": 0,
+    "gpupacking": 0,
+    "fgd": 0,
+    # ... and ours, the default: usable GPU lost to fragmentation, cpu/memory stranding and model contention
+    "gpu-fragmentation": 10,
+}
+Policy = Literal["binpack", "spread"]
+POLICIES: tuple[Policy, ...] = ("binpack", "spread")
+
+
+@dataclass(frozen=True)
+class Warmup:
+    seconds: int = 60  # Ready this long before the deletion cost is raised
+    cost: int = 0  # the warmed deletion cost
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    node_policy: Policy = "binpack"  # across nodes
+    gpu_policy: Policy = "binpack"  # across the GPUs of one node
+    weights: tuple[tuple[str, int], ...] = ()  # score plugin name -> weight, over SCORE_PLUGINS defaults
+    warmup: Warmup = field(default_factory=Warmup)
+    locality_labels: tuple[str, ...] = ("app.kubernetes.io/part-of", "app")  # first present names the app
+    utilization_max_age_seconds: int = 300  # older gpu-utilization readings are ignored
+
+    def weight_of(self, plugin: str) -> int:
+        return dict(self.weights).get(plugin, SCORE_PLUGINS[plugin])
