@@ -547,7 +547,11 @@ def _load_objects(flag: str, path: Path, *, kinds: tuple[str, ...]) -> list[dict
     from scheduler_core import objects
 
     try:
-        return objects.load(path, kinds=kinds)
+        text = path.read_text()
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot read ({err.strerror})") from err
+    try:
+        return objects.parse(text, origin=str(path), kinds=kinds)
     except objects.ObjectsError as err:
         raise UsageError(f"{flag} {err}") from err
 

@@ -1,40 +1,36 @@
-"""Reading Kubernetes objects from files the way kubectl writes them.
+"""Kubernetes objects from the text of a file, the way kubectl writes them.
 
 A single object, a multi-document YAML stream, or a list (`kind: List`, `NodeList`, ...,
 what `kubectl get -o yaml|json` prints); JSON is YAML, so one reader serves both. The
-caller says which kinds the file may hold, so a nodes file given where pods belong is an
-error naming what was found, not an empty result.
+caller says which kinds the text may hold, so a nodes file given where pods belong is an
+error naming what was found, not an empty result. Pure: the caller reads the file and
+names it (`origin`) for the messages.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 
 class ObjectsError(ValueError):
-    """A file that does not hold the expected Kubernetes objects; the message names the file and the problem."""
+    """Text that does not hold the expected Kubernetes objects; the message names its origin and the problem."""
 
 
-def load(path: Path, *, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Every object in the file, each with kind and metadata; with `kinds`, only those, and at least one."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ObjectsError(f"{path}: cannot read ({err.strerror})") from err
+def parse(text: str, *, origin: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Every object in `text`, each with kind and metadata; with `kinds`, only those, and at least one."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise ObjectsError(f"{path}: not valid YAML or JSON: {describe_yaml_error(err)}") from err
+        raise ObjectsError(f"{origin}: not valid YAML or JSON: {describe_yaml_error(err)}") from err
     expected = f"; expected {' or '.join(kinds)} objects" if kinds is not None else ""
     objects: list[dict[str, Any]] = []
     for number, document in enumerate(documents, start=1):
         if not isinstance(document, dict):
-            raise ObjectsError(f"{path}: document {number} is not an object")
+            raise ObjectsError(f"{origin}: document {number} is not an object")
         list_kind = str(document.get("kind", ""))
         if list_kind.endswith("List") and isinstance(document.get("items"), list):
             # the API's own lists (NodeList, ...) leave the kind out of their items
@@ -45,23 +41,23 @@ def load(path: Path, *, kinds: Iterable[str] | None = None) -> list[dict[str, An
             items = [document]
         for item in items:
             if not isinstance(item, dict) or not item.get("kind") or not isinstance(item.get("metadata"), dict):
-                raise ObjectsError(f"{path}: document {number} is not a Kubernetes object "
+                raise ObjectsError(f"{origin}: document {number} is not a Kubernetes object "
                                    f"(every object has kind and metadata){expected}")
             objects.append(item)
     if kinds is not None:
-        _check_kinds(path, objects, tuple(kinds))
+        _check_kinds(origin, objects, tuple(kinds))
     return objects
 
 
-def _check_kinds(path: Path, objects: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
+def _check_kinds(origin: str, objects: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
     expected = " or ".join(kinds)
     if not objects:
-        raise ObjectsError(f"{path}: holds no objects; expected {expected} objects")
+        raise ObjectsError(f"{origin}: holds no objects; expected {expected} objects")
     stray = next((o for o in objects if o["kind"] not in kinds), None)
     if stray is None:
         return
     counts = ", ".join(f"{count} {kind}" for kind, count in Counter(str(o["kind"]) for o in objects).most_common())
-    raise ObjectsError(f"{path}: expected {expected} objects, found {counts} "
+    raise ObjectsError(f"{origin}: expected {expected} objects, found {counts} "
                        f"(first unexpected: {stray['kind']} {name_of(stray)})")
 
 

@@ -119,7 +119,7 @@ def test_the_apis_own_list_leaves_kinds_out_of_its_items(tmp_path):
         del item["kind"]
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}))
-    assert [o["kind"] for o in objects.load(path, kinds=("Node",))] == ["Node", "Node"]
+    assert [o["kind"] for o in objects.parse(path.read_text(), origin=str(path), kinds=("Node",))] == ["Node", "Node"]
 
 
 @pytest.mark.parametrize("form", ["list", "stream", "single", "json"])
@@ -134,7 +134,7 @@ def test_input_forms(tmp_path, form):
         path.write_text(yaml.safe_dump(nodes[0]))
     else:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}))
-    loaded = objects.load(path)
+    loaded = objects.parse(path.read_text(), origin=str(path))
     assert [o["metadata"]["name"] for o in loaded] == (["a"] if form == "single" else ["a", "b"])
 
 
