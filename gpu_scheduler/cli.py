@@ -335,7 +335,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def _simulate(args: argparse.Namespace) -> int:
     import datetime
 
-    from scheduler_core import objects, simulation
+    import functools
+
+    from scheduler_core import simulation
+    from webhook import admission
 
     paths = {
         "--nodes": args.nodes or EXAMPLES / "nodes.yaml",
@@ -350,7 +353,9 @@ def _simulate(args: argparse.Namespace) -> int:
     settings = _load_config(str(paths["--config"]))
     node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",))
     pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"))
-    result = simulation.simulate(node_objects, pod_objects, settings,
+    result = simulation.simulate(node_objects, pod_objects, scheduler_name=settings.scheduler_name,
+                                 gpu_resources=settings.admission.gpu_resources, scheduling=settings.scheduling,
+                                 admit=functools.partial(admission.admit, settings=settings),
                                  now=datetime.datetime.now(datetime.timezone.utc))
     if args.verbose:
         for placement in result.placements:

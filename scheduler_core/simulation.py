@@ -2,25 +2,26 @@
 webhook mutation and scheduling core the live components use.
 
 Bound pods (spec.nodeName) are accounted first and reported as already bound, apart from
-what this run places; then each pending pod, in input order, goes through admission (when
-its namespace is opted in) and, if it is ours, through the framework, whose decision is
-accounted before the next pod.
+what this run places; then each pending pod, in input order, goes through admission and, if
+it is ours, through the framework, whose decision is accounted before the next pod.
+Admission is the caller's: `simulate` is handed `admit` (the CLI passes the webhook's), so the
+core imports nothing of the webhook.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jsonpatch
-
 from scheduler_core import cluster as cluster_model
 from scheduler_core import framework, nodes, pods, profile
-from webhook import config, patches, rules
 
-INJECT_LABEL = "gpu-scheduler.io/inject"
+# admit(pod, namespaces) -> (the pod as admitted, its rule, how admission treated it, a line per step).
+# `namespaces` maps each namespace given in the input to its labels.
+Admit = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, str]]],
+                 tuple[Mapping[str, Any], str | None, tuple[str, ...]]]
 
 
 # What became of a pod: placed by this run, bound before it (spec.nodeName in the input),
@@ -99,17 +100,19 @@ class Result:
 def simulate(
     node_objects: Sequence[Mapping[str, Any]],
     pod_objects: Sequence[Mapping[str, Any]],
-    settings: config.Config,
     *,
+    scheduler_name: str,
+    gpu_resources: tuple[str, ...],
+    scheduling: profile.Scheduling,
+    admit: Admit,
     now: datetime.datetime | None = None,
 ) -> Result:
-    """Place `pod_objects` (Pods, and Namespaces for their labels) onto `node_objects`."""
-    gpu_resources = settings.admission.gpu_resources
+    """Place `pod_objects` (Pods, and Namespaces for their labels) onto `node_objects`, as `scheduler_name`."""
     model = cluster_model.Cluster(gpu_resources=gpu_resources)
     for node in node_objects:
         model.set_node(nodes.parse(node, gpu_resources=gpu_resources, now=now,
-                                   utilization_max_age=settings.scheduling.utilization_max_age_seconds))
-    scheduler = framework.Framework(model, settings.scheduling)
+                                   utilization_max_age=scheduling.utilization_max_age_seconds))
+    scheduler = framework.Framework(model, scheduling)
     namespaces: dict[str, dict[str, str]] = {
         str((obj.get("metadata") or {}).get("name")): dict((obj.get("metadata") or {}).get("labels") or {})
         for obj in pod_objects
@@ -118,7 +121,7 @@ def simulate(
     pod_list = [obj for obj in pod_objects if obj.get("kind", "Pod") == "Pod"]
 
     def facts(pod: Mapping[str, Any]) -> pods.PodFacts:
-        return pods.parse(pod, gpu_resources=gpu_resources, locality_labels=settings.scheduling.locality_labels)
+        return pods.parse(pod, gpu_resources=gpu_resources, locality_labels=scheduling.locality_labels)
 
     placements: dict[int, Placement] = {}
     for position, pod in enumerate(pod_list):
@@ -127,17 +130,16 @@ def simulate(
             model.restore(bound)
             assignment = model.assignments.get(bound.key)
             devices = assignment.devices if assignment else ()
-            placements[position] = _placement(bound, bound.node_name, devices, None,
-                                              rules.annotations_of(pod).get(profile.RULE_ANNOTATION),
+            placements[position] = _placement(bound, bound.node_name, devices, None, _rule_of(pod),
                                               outcome="already-bound")
     used_before, _ = model.gpu_totals()
     for position, pod in enumerate(pod_list):
         if position in placements:
             continue
-        admitted, rule, admission = _admit(pod, namespaces, settings)
+        admitted, rule, admission = admit(pod, namespaces)
         pending = facts(admitted)
-        if pending.scheduler_name != settings.scheduler_name:
-            reason = f"left to {pending.scheduler_name} (not scheduled by {settings.scheduler_name})"
+        if pending.scheduler_name != scheduler_name:
+            reason = f"left to {pending.scheduler_name} (not scheduled by {scheduler_name})"
             placements[position] = _placement(pending, None, (), reason, rule, outcome="not-ours",
                                               admission=admission)
             continue
@@ -150,25 +152,10 @@ def simulate(
     return Result(tuple(placements[i] for i in range(len(pod_list))), _models(model), used, total, used_before)
 
 
-def _admit(pod: Mapping[str, Any], namespaces: Mapping[str, Mapping[str, str]], settings: config.Config
-           ) -> tuple[Mapping[str, Any], str | None, tuple[str, ...]]:
-    """What the webhook would make of the pod, as the MutatingWebhookConfiguration selects it, and why."""
-    metadata = pod.get("metadata") or {}
-    namespace = metadata.get("namespace") or "default"
-    rule = rules.annotations_of(pod).get(profile.RULE_ANNOTATION)
-    if namespace not in namespaces:
-        return pod, rule, (f"not sent to the webhook: no Namespace {namespace} in the input, "
-                           f"so it is not labelled {INJECT_LABEL}=enabled",)
-    namespace_labels = namespaces[namespace]
-    if namespace_labels.get(INJECT_LABEL) != "enabled":
-        return pod, rule, (f"not sent to the webhook: namespace {namespace} is not labelled {INJECT_LABEL}=enabled",)
-    if rules.labels_of(pod).get(INJECT_LABEL) == "disabled":
-        return pod, rule, (f"not sent to the webhook: the pod is labelled {INJECT_LABEL}=disabled",)
-    decision = patches.decide(pod, namespace_labels=namespace_labels, settings=settings)
-    admission = decision.explanation()
-    if not decision.patch:
-        return pod, decision.rule, admission
-    return jsonpatch.apply_patch(pod, decision.patch), decision.rule, admission
+def _rule_of(pod: Mapping[str, Any]) -> str | None:
+    """The rule the webhook recorded on a pod bound before this run."""
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    return annotations.get(profile.RULE_ANNOTATION) if isinstance(annotations, Mapping) else None
 
 
 def _placement(pod: pods.PodFacts, node: str | None, devices: tuple[pods.Device, ...], reason: str | None,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from scheduler_core import cluster, framework, nodes, pods, profile
+from scheduler_core import cluster, framework, nodes, pods, profile, simulation
+from webhook import admission, config
 
 
 def node(name: str, *, gpus: int = 8, model: str | None = "NVIDIA-A100-SXM4-40GB", memory_mib: int | None = 40960,
@@ -85,3 +87,11 @@ def scheduler(*node_objects: dict[str, Any], scheduling: profile.Scheduling | No
 
 def facts(obj: dict[str, Any]) -> pods.PodFacts:
     return pods.parse(obj)
+
+
+def simulate(node_objects: list[dict[str, Any]], pod_objects: list[dict[str, Any]],
+             settings: config.Config) -> simulation.Result:
+    """The simulator with the webhook's admission, as `gpu-scheduler simulate` wires it."""
+    return simulation.simulate(node_objects, pod_objects, scheduler_name=settings.scheduler_name,
+                               gpu_resources=settings.admission.gpu_resources, scheduling=settings.scheduling,
+                               admit=functools.partial(admission.admit, settings=settings))

@@ -5,8 +5,8 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import profile, simulation
-from tests.unit.builders import node, pod
+from scheduler_core import profile
+from tests.unit.builders import node, pod, simulate
 from webhook import config
 
 MODELS = ["NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", None]
@@ -59,7 +59,7 @@ SETTINGS = [
 @settings(max_examples=150, deadline=None)
 @given(nodes=clusters(), pods=workloads(), which=st.sampled_from([0, 1]))
 def test_no_resource_or_gpu_is_ever_overcommitted(nodes, pods, which):
-    result = simulation.simulate(nodes, pods, SETTINGS[which])
+    result = simulate(nodes, pods, SETTINGS[which])
     by_name = {n["metadata"]["name"]: n for n in nodes}
     specs = {f"ns/{p['metadata']['name']}": p for p in pods}
     cpu, memory, count = defaultdict(int), defaultdict(int), defaultdict(int)
@@ -90,6 +90,6 @@ def test_no_resource_or_gpu_is_ever_overcommitted(nodes, pods, which):
 @settings(max_examples=50, deadline=None)
 @given(nodes=clusters(), pods=workloads())
 def test_the_same_input_gives_the_same_placements(nodes, pods):
-    first = simulation.simulate(nodes, pods, config.Config())
-    second = simulation.simulate(list(reversed(nodes)), pods, config.Config())
+    first = simulate(nodes, pods, config.Config())
+    second = simulate(list(reversed(nodes)), pods, config.Config())
     assert first.placements == second.placements

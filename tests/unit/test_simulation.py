@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler_core import objects, simulation
+from scheduler_core import objects
 from tests.commands import gpu_scheduler
-from tests.unit.builders import node, pod
+from tests.unit.builders import node, pod, simulate
 from webhook import config
 
 
@@ -165,7 +165,7 @@ def test_pods_in_opted_in_namespaces_are_mutated_then_scheduled():
     theirs = pod("theirs", gpus=1, namespace="out")
     for p in (mine, theirs):
         del p["spec"]["schedulerName"]
-    result = simulation.simulate([node("a100"), node("h100", model="NVIDIA-H100-80GB-HBM3")],
+    result = simulate([node("a100"), node("h100", model="NVIDIA-H100-80GB-HBM3")],
                                  [*namespaces, mine, theirs], settings)
     placed = {p.pod: p for p in result.placements}
     assert (placed["in/mine"].node, placed["in/mine"].rule) == ("h100", "all")
@@ -175,7 +175,7 @@ def test_pods_in_opted_in_namespaces_are_mutated_then_scheduled():
 def test_bound_pods_are_placed_first_whatever_their_position():
     pending = pod("pending", gpus=2)
     bound = pod("bound", gpus=1, node_name="a")
-    result = simulation.simulate([node("a", gpus=2)], [pending, bound], config.Config())
+    result = simulate([node("a", gpus=2)], [pending, bound], config.Config())
     placed = {p.pod: p for p in result.placements}
     assert placed["ns/bound"].node == "a" and placed["ns/pending"].node is None
     assert result.allocation_ratio == 0.5
