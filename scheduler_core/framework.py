@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins, profile
+from scheduler_core import placement, plugins, profile, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
@@ -39,9 +39,9 @@ class Framework:
     """
 
     def __init__(self, cluster: Cluster, scheduling: profile.Scheduling = profile.Scheduling(), *,
-                 workload: placement.Workload | None = None, rng: np.random.Generator | None = None):
+                 workload: workloads.Workload | None = None, rng: np.random.Generator | None = None):
         self.cluster = cluster
-        self.workload = workload if workload is not None else placement.Workload()
+        self.workload = workload if workload is not None else workloads.Workload()
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.configure(scheduling)
         self._caches: dict[Any, Any] = {}

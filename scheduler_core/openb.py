@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import cluster as cluster_model
-from scheduler_core import framework, nodes, placement, pods, profile
+from scheduler_core import framework, nodes, pods, profile, workloads
 from scheduler_core.nodes import GPU_MILLI
 
 CHECKPOINTS = (100, 110, 120, 130)  # arrived GPU demand, percent of capacity
@@ -146,7 +146,7 @@ def replay(trace: Trace, policy: str, seed: int, *, progress: Callable[[int], No
     capacity = trace.capacity_milli
     demands = [demand(pod) for pod in trace.pod_facts]
     order = arrival_order(trace, seed)
-    workload = placement.Workload.of(trace.pod_facts) if policy == "fgd" else None
+    workload = workloads.Workload.of(trace.pod_facts) if policy == "fgd" else None
     core = framework.Framework(model, scheduling_for(policy), workload=workload, rng=np.random.default_rng(seed))
     checkpoints = list(CHECKPOINTS)
     ratios: dict[int, float] = {}

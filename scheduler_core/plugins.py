@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from scheduler_core import predicates
+from scheduler_core import predicates, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
-
-if TYPE_CHECKING:
-    from scheduler_core.placement import Workload
 
 Failures = list[tuple[np.ndarray, str]]
 
@@ -36,7 +33,7 @@ class Cycle:
     gpu_policy: str = "binpack"
     extras: dict[str, Any] = field(default_factory=dict)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))  # random tie-breaks
-    workload: Workload | None = None  # pod shapes, for the placement-quality plugins
+    workload: workloads.Workload | None = None  # pod shapes, for the placement-quality plugins
 
     @property
     def rows(self) -> int:

@@ -4,7 +4,6 @@ import pytest
 
 from scheduler_core import pods, profile
 from tests.unit.builders import facts, node, pod, scheduler
-from webhook import config
 
 INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
 

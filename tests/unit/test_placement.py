@@ -5,9 +5,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scheduler_core import cluster, framework, nodes, openb, placement, pods, profile
+from scheduler_core import cluster, framework, nodes, openb, pods, profile, workloads
 from tests.unit.builders import facts, node, pod
-from webhook import config
 
 GIB = "Gi"
 
@@ -26,8 +25,8 @@ def build(node_objects, bound=(), *, scheduling, workload=None, seed=0) -> frame
     return framework.Framework(model, scheduling, workload=workload, rng=np.random.default_rng(seed))
 
 
-def workload_of(*pod_objects, times: int = 1) -> placement.Workload:
-    return placement.Workload.of([facts(obj) for obj in pod_objects] * times)
+def workload_of(*pod_objects, times: int = 1) -> workloads.Workload:
+    return workloads.Workload.of([facts(obj) for obj in pod_objects] * times)
 
 
 # Each row: nodes, pods already bound, the pod, the node each policy must choose, and why.
@@ -97,8 +96,8 @@ def test_random_chooses_every_feasible_node_and_never_an_infeasible_one():
 def test_fgd_fragmentation_of_a_node(free, cpu_free, shapes, expected):
     pods_ = [pod(f"s{i}", gpus=gpus, milli=milli or None, cpu=f"{cpu}m") for i, (cpu, gpus, milli) in enumerate(shapes)]
     workload = workload_of(*pods_)
-    state = placement.NodeState(np.array([free]), np.array([cpu_free]), np.array([10**15]))
-    found = placement.fragmentation(state, workload.shapes(), np.ones((1, len(shapes)), dtype=bool))
+    state = workloads.NodeState(np.array([free]), np.array([cpu_free]), np.array([10**15]))
+    found = workloads.fragmentation(state, workload.shapes(), np.ones((1, len(shapes)), dtype=bool))
     assert found[0] == pytest.approx(expected)
 
 
@@ -135,13 +134,13 @@ def test_fgd_keeps_room_for_the_shapes_of_the_workload():
 def test_the_typical_shapes_cover_95_percent_and_sum_to_one():
     common = [pod(f"c{i}", gpus=1) for i in range(96)]
     rare = [pod(f"r{i}", gpus=8) for i in range(4)]
-    shapes = placement.Workload.of([facts(p) for p in common + rare]).shapes()
+    shapes = workloads.Workload.of([facts(p) for p in common + rare]).shapes()
     assert shapes.gpus.tolist() == [1]
     assert shapes.popularity.sum() == pytest.approx(1.0)
 
 
 def test_a_learned_workload_counts_each_pod_once():
-    workload = placement.Workload()
+    workload = workloads.Workload()
     again = facts(pod("same", gpus=1))
     for _ in range(10):
         workload.observe(again)
@@ -150,12 +149,12 @@ def test_a_learned_workload_counts_each_pod_once():
 
 
 def test_a_learned_workload_follows_the_recent_mix():
-    workload = placement.Workload(memory=8)
+    workload = workloads.Workload(memory=8)
     for i in range(8):
         workload.observe(facts(pod(f"old{i}", gpus=8)))
     for i in range(8):
         workload.observe(facts(pod(f"new{i}", gpus=1)))
-    eight, one = (placement.Shape(0, 0, gpus, 0) for gpus in (8, 1))
+    eight, one = (workloads.Shape(0, 0, gpus, 0) for gpus in (8, 1))
     assert workload.counts[one] > workload.counts[eight]
 
 
@@ -181,7 +180,7 @@ def test_ours_keeps_a_scarce_model_for_the_pods_that_need_it():
     """A100 pods are a third of the demand but A100s a fifth of the GPUs: an any-GPU pod goes to the L4."""
     a100 = node("a100", gpus=2, model="NVIDIA-A100-SXM4-40GB")
     l4 = node("l4", gpus=8, model="NVIDIA-L4", memory_mib=23034)
-    seen = placement.Workload.of([facts(pod("any", gpus=1))] * 2 + [facts(pod("a", gpus=1, model="A100"))])
+    seen = workloads.Workload.of([facts(pod("any", gpus=1))] * 2 + [facts(pod("a", gpus=1, model="A100"))])
     ours = build([a100, l4], scheduling=profile.Scheduling(), workload=seen)
     assert ours.decide(facts(pod("p", gpus=1))).node == "l4"
     assert ours.decide(facts(pod("q", gpus=1, model="A100"))).node == "a100"
