@@ -22,7 +22,7 @@ def create_app(kubeconfig: str) -> Any:
     from flask import Flask, jsonify, request
 
     from gpu_scheduler import kubeclient
-    from scheduler_core import binding
+    from gpu_scheduler.runtime import binding
 
     app = Flask("trivial-extender")
     api = kubeclient.api_client(kubeconfig)

@@ -280,7 +280,7 @@ def _namespaced(flag: str, value: str) -> tuple[str, str]:
 
 def _run(args: argparse.Namespace) -> int:
     from gpu_scheduler import kubeclient
-    from scheduler_core import standalone
+    from gpu_scheduler.runtime import standalone
 
     config_map = _namespaced("--config-map", args.config_map) if args.config_map else None
     if args.config is not None and not args.config.is_file():
@@ -311,7 +311,7 @@ def _extender(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot reach a cluster: {err}") from err
 
     def load_app() -> Any:
-        from scheduler_core import extender
+        from gpu_scheduler.runtime import extender
 
         return extender.create_app(
             extender.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig))
@@ -324,7 +324,7 @@ def _extender(args: argparse.Namespace) -> int:
             threads=args.threads, log_level=args.log_level, access_log=args.access_log,
             proc_name="gpu-scheduler-extender", worker_class="webhook.workers.LingeringThreadWorker",
         ),
-        preload=("scheduler_core.extender",),
+        preload=("gpu_scheduler.runtime.extender",),
     )
     return 0
 

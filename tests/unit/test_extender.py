@@ -19,7 +19,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from scheduler_core import extender, pods, profile
+from gpu_scheduler.runtime import extender
+from scheduler_core import pods, profile
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -49,7 +50,7 @@ class Reply:
 class FakeCore:
     """The API calls /bind makes, recorded, with the apiserver's rules: a Binding must name the pod's UID,
     finds the pod unbound (409 otherwise), and copies its annotations onto the pod. Bindings arrive as
-    raw HTTP through the client's connection pool (scheduler_core.binding), so that is faked too."""
+    raw HTTP through the client's connection pool (gpu_scheduler.runtime.binding), so that is faked too."""
 
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}

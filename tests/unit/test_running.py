@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from scheduler_core import running
+from gpu_scheduler.runtime import running
 from tests.unit.builders import node, pod
 from webhook import config
 

@@ -21,7 +21,7 @@ from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scheduler_core import metrics, running
+from gpu_scheduler.runtime import metrics, running
 from webhook import sources
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,8 @@ from urllib3.exceptions import HTTPError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_scheduler import watching
-from scheduler_core import binding, cluster, framework, nodes, pods
+from gpu_scheduler.runtime import binding
+from scheduler_core import cluster, framework, nodes, pods
 from webhook import config, sources
 from webhook import metrics as shared_metrics
 

@@ -28,7 +28,8 @@ from prometheus_client.registry import REGISTRY, Collector
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
-from scheduler_core import binding, cluster, framework, metrics, nodes, pods, profile, queueing, warmup
+from gpu_scheduler.runtime import binding, metrics
+from scheduler_core import cluster, framework, nodes, pods, profile, queueing, warmup
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ class LiveScheduler:
     def _bind(self, obj: dict[str, Any], decision: framework.Decision) -> None:
         """Runs on a binder thread: bind, with the devices annotation. Reports back to the loop.
 
-        The devices travel on the Binding (see scheduler_core.binding): one call, and no pod is
+        The devices travel on the Binding (see gpu_scheduler.runtime.binding): one call, and no pod is
         ever bound without its devices, so a restart restores them from the pod.
         """
         metadata = obj["metadata"]
