@@ -514,10 +514,10 @@ def _webhook(args: argparse.Namespace) -> int:
         raise UsageError(f"--config {args.config}: no such file")
 
     def load_app() -> Any:
-        from webhook import app
+        from gpu_scheduler import webhook_worker
 
-        return app.create_app(
-            app.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig)
+        return webhook_worker.create_app(
+            webhook_worker.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig)
         )
 
     serving.serve(
@@ -532,7 +532,7 @@ def _webhook(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             access_log=args.access_log,
         ),
-        preload=("webhook.app", "kubernetes.client", "gpu_scheduler.watching"),
+        preload=("gpu_scheduler.webhook_worker", "webhook.app", "kubernetes.client", "gpu_scheduler.watching"),
     )
     return 0
 

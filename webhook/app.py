@@ -1,69 +1,35 @@
 """The Flask application: parse the AdmissionReview, call the pure decision, write the answer.
 
-Built by `create_app(settings)` in each gunicorn worker after fork, so every worker runs
-its own config and namespace watches; nothing happens at import time.
+`create_app(holder, namespace_labels=...)` is handed what it reads: the configuration in force
+and a lookup of namespace labels. The process shell (gpu_scheduler.webhook_worker) builds those
+in each gunicorn worker after fork, with their watches, and calls it; nothing here talks to the
+API or happens at import time.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from webhook import metrics, namespaces, patches, reviews, sources
+from webhook import metrics, patches, reloading, reviews
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 6 * 2**20  # an AdmissionReview of the largest pod etcd stores, with room
 
-
-@dataclass(frozen=True)
-class Settings:
-    """What a webhook worker needs; built by the CLI, or from the environment for plain gunicorn."""
-
-    config_file: Path | None = None  # a config.yaml, or a ConfigMap volume's file
-    config_map: tuple[str, str] | None = None  # (namespace, name), watched through the API
-    kubeconfig: str | None = None  # else in-cluster, else $KUBECONFIG / ~/.kube/config
-    use_cluster: bool = True  # False: never contact an API (tests, `mutate`-like use)
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        """For `gunicorn 'webhook.app:create_app()'`: GPU_SCHEDULER_CONFIG or GPU_SCHEDULER_CONFIG_MAP."""
-        config_map = os.environ.get("GPU_SCHEDULER_CONFIG_MAP")
-        file = os.environ.get("GPU_SCHEDULER_CONFIG")
-        return cls(
-            config_file=Path(file) if file else None,
-            config_map=tuple(config_map.split("/", 1)) if config_map else None,  # type: ignore[arg-type]
-            kubeconfig=os.environ.get("KUBECONFIG"),
-        )
+# A namespace's labels, or None when they cannot be known (rules with a namespaceSelector then do not match).
+NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 
 
-def create_app(settings: Settings | None = None) -> Flask:
-    settings = settings or Settings.from_env()
-    if (settings.config_file is None) == (settings.config_map is None):
-        raise ValueError("exactly one of config_file and config_map must be given")
-    core_api = _core_api(settings)
-    holder = sources.ConfigHolder()
-    if settings.config_map is not None:
-        if core_api is None:
-            raise ValueError("--config-map needs cluster credentials, and none were found")
-        namespace, name = settings.config_map
-        sources.ConfigMapSource(core_api, namespace, name, holder).start()
-    else:
-        assert settings.config_file is not None
-        sources.FileSource(settings.config_file, holder).start()
-    namespace_labels = namespaces.NamespaceLabels(core_api).start()
-
+def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLabels) -> Flask:
     app = Flask("gpu-scheduler-webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.extensions["gpu-scheduler"] = {"holder": holder, "namespaces": namespace_labels}
 
     @app.post("/mutate")
     def mutate() -> Any:
@@ -108,8 +74,8 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 def _answer(
     review: reviews.Request,
-    holder: sources.ConfigHolder,
-    namespace_labels: namespaces.NamespaceLabels,
+    holder: reloading.ConfigHolder,
+    namespace_labels: NamespaceLabels,
 ) -> tuple[reviews.AdmissionReview, str]:
     """The AdmissionReview to send and the outcome to count. Never raises."""
     if not review.is_pod_create:
@@ -120,7 +86,7 @@ def _answer(
     try:
         assert review.object is not None
         needs_namespace = any(r.namespace_selector is not None for r in settings.admission.rules)
-        labels = namespace_labels.get(review.namespace) if needs_namespace else {}
+        labels = namespace_labels(review.namespace) if needs_namespace else {}
         decision = patches.decide(review.object, namespace_labels=labels, settings=settings)
     except Exception:  # a bug must not block pod creation: admit unmutated, loudly
         log.exception("failed to decide on pod %s/%s", review.namespace, _pod_name(review.object))
@@ -142,18 +108,3 @@ def _pod_name(pod: Any) -> str:
 
 def _error(status: int, message: str) -> tuple[Response, int]:
     return jsonify(error=message, status=status), status
-
-
-def _core_api(settings: Settings) -> Any | None:
-    """A CoreV1Api, or None when there are no credentials (namespace selectors then cannot match)."""
-    if not settings.use_cluster:
-        return None
-    from kubernetes import client
-
-    from gpu_scheduler import kubeclient
-
-    try:
-        return client.CoreV1Api(kubeclient.api_client(settings.kubeconfig))
-    except kubeclient.NoCredentials as err:
-        log.warning("%s: rules with a namespaceSelector cannot match", err)
-        return None

@@ -36,10 +36,10 @@ from prometheus_client import Counter, Histogram
 from urllib3.exceptions import HTTPError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from gpu_scheduler import watching
+from gpu_scheduler import sources, watching
 from gpu_scheduler.runtime import binding
 from scheduler_core import cluster, framework, nodes, pods
-from webhook import config, sources
+from webhook import config, reloading
 from webhook import metrics as shared_metrics
 
 log = logging.getLogger(__name__)
@@ -503,12 +503,8 @@ def create_app(settings: Settings) -> Flask:
 
     core = client.CoreV1Api(kubeclient.api_client(settings.kubeconfig))
     runtime = _Runtime(core)
-    holder = sources.ConfigHolder(on_change=runtime.configure)
-    if settings.config_map is not None:
-        sources.ConfigMapSource(core, settings.config_map[0], settings.config_map[1], holder).start()
-    else:
-        assert settings.config_file is not None
-        sources.FileSource(settings.config_file, holder).start()
+    holder = reloading.ConfigHolder(on_change=runtime.configure)
+    sources.start(holder, config_file=settings.config_file, config_map=settings.config_map, core_api=core)
     return build_app(runtime.current)
 
 

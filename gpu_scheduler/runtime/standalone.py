@@ -21,8 +21,9 @@ from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpu_scheduler import sources
 from gpu_scheduler.runtime import metrics, running
-from webhook import sources
+from webhook import reloading
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,8 @@ def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[st
         if scheduler is not None:
             scheduler.configure(settings)
 
-    holder = sources.ConfigHolder(on_change=on_change)
-    if config_map is not None:
-        sources.ConfigMapSource(client.CoreV1Api(api), config_map[0], config_map[1], holder).start()
-    else:
-        assert config_file is not None
-        sources.FileSource(config_file, holder).start()
+    holder = reloading.ConfigHolder(on_change=on_change)
+    sources.start(holder, config_file=config_file, config_map=config_map, core_api=client.CoreV1Api(api))
 
     done = threading.Event()
 

@@ -3,15 +3,14 @@
 A mounted ConfigMap changes by an atomic symlink swap in its directory, so a file source
 watches the directory (watchdog) and rereads the file on any event there. A ConfigMap
 source watches the one object through the API, which applies edits in seconds instead of
-waiting for the kubelet's volume sync. Either way an invalid edit is logged with every
-problem and counted, and the last good configuration stays in force.
+waiting for the kubelet's volume sync. Either way each version is offered to a
+`webhook.reloading.ConfigHolder`, which keeps the last good configuration in force. The webhook,
+`run` and `extender` all start theirs with `start`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,52 +19,28 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from gpu_scheduler import watching
-from webhook import config, metrics
+from webhook import reloading
 
 log = logging.getLogger(__name__)
 
 
-class ConfigHolder:
-    """The configuration in force. Readers take `current` without locking; updates swap it whole."""
-
-    def __init__(self, on_change: Callable[[config.Config], None] | None = None):
-        self.current: config.Config | None = None
-        self._last_text: str | None = None
-        self._lock = threading.Lock()
-        self._on_change = on_change
-
-    def offer(self, text: str, *, origin: str, as_configmap: dict[str, Any] | None = None) -> bool:
-        """Validate a new version; put it in force only if valid. Returns whether it is in force."""
-        with self._lock:
-            if text == self._last_text and self.current is not None:
-                return True
-            try:
-                parsed = config.from_configmap(as_configmap) if as_configmap is not None else config.loads(text)
-            except config.ConfigError as err:
-                self._last_text = text
-                metrics.CONFIG_RELOAD_FAILURES.inc()
-                state = "keeping the last good config" if self.current else "no valid config loaded yet"
-                log.error(
-                    "rejected invalid config from %s (%s):\n  %s", origin, state, "\n  ".join(err.problems)
-                )
-                return False
-            self._last_text = text
-            self.current = parsed
-            metrics.CONFIG_RELOADS.inc()
-            metrics.CONFIG_LAST_SUCCESS.set(time.time())
-            log.info(
-                "config from %s in force: schedulerName %s, %d rule(s)",
-                origin, parsed.scheduler_name, len(parsed.admission.rules),
-            )
-        if self._on_change is not None:
-            self._on_change(parsed)
-        return True
+def start(holder: reloading.ConfigHolder, *, config_file: Path | None, config_map: tuple[str, str] | None,
+          core_api: Any | None) -> FileSource | ConfigMapSource:
+    """Watch the one source given (a file, or a ConfigMap `(namespace, name)` through `core_api`) into `holder`."""
+    if (config_file is None) == (config_map is None):
+        raise ValueError("exactly one of config_file and config_map must be given")
+    if config_map is not None:
+        if core_api is None:
+            raise ValueError("--config-map needs cluster credentials, and none were found")
+        return ConfigMapSource(core_api, config_map[0], config_map[1], holder).start()
+    assert config_file is not None
+    return FileSource(config_file, holder).start()
 
 
 class FileSource:
     """Watches a config file (plain or a ConfigMap volume) and offers each new version."""
 
-    def __init__(self, path: Path, holder: ConfigHolder):
+    def __init__(self, path: Path, holder: reloading.ConfigHolder):
         self.path = path
         self.holder = holder
         self._observer: Any = None
@@ -95,7 +70,7 @@ class FileSource:
 class ConfigMapSource:
     """Watches one ConfigMap through the API and offers its `config.yaml` on every change."""
 
-    def __init__(self, core_api: Any, namespace: str, name: str, holder: ConfigHolder):
+    def __init__(self, core_api: Any, namespace: str, name: str, holder: reloading.ConfigHolder):
         self.origin = f"ConfigMap {namespace}/{name}"
         self.holder = holder
         self._reflector = watching.Reflector(
