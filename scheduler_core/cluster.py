@@ -37,7 +37,7 @@ class Cluster:
         self.resources: dict[str, int] = {name: i for i, name in enumerate(BASE_RESOURCES)}
         self.index: dict[str, int] = {}
         self.facts: list[NodeFacts | None] = []
-        self.assignments: dict[str, Assignment] = {}
+        self.assignments: dict[str, Assignment] = {}  # by PodFacts.identity: the UID, else namespace/name
         self.node_pods: defaultdict[int, set[str]] = defaultdict(set)
         self.app_on_node: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.app_in_zone: defaultdict[str, Counter[int]] = defaultdict(Counter)
@@ -211,7 +211,7 @@ class Cluster:
         The API is the truth here, so a pod is accounted even when the node looks full.
         """
         row = self.index.get(pod.node_name or "")
-        if row is None or pod.key in self.assignments:
+        if row is None or pod.identity in self.assignments:
             return
         devices = self._valid_devices(row, pod, pod.devices) or self.first_fit(row, pod)
         self._account(pod, row, devices)
@@ -231,11 +231,11 @@ class Cluster:
         return assignment
 
     def _account(self, pod: PodFacts, row: int, devices: tuple[Device, ...]) -> None:
-        self.unassign(pod.key)
+        self.unassign(pod.identity)
         self._add_requests(row, pod, sign=1)
         self._take_devices(row, devices, sign=1)
-        self.assignments[pod.key] = Assignment(pod, row, devices)
-        self.node_pods[row].add(pod.key)
+        self.assignments[pod.identity] = Assignment(pod, row, devices)
+        self.node_pods[row].add(pod.identity)
         if pod.app:
             self.app_on_node[pod.app][row] += 1
             if self.zone[row] >= 0:

@@ -59,6 +59,12 @@ class PodFacts:
     def wants_gpu(self) -> bool:
         return self.gpus > 0 or self.gpu_milli > 0
 
+    @property
+    def identity(self) -> str:
+        """The UID, as kube-scheduler keys pods (a new pod of the same name is another pod); namespace/name
+        for pods without one (simulation and trace inputs)."""
+        return self.uid or self.key
+
 
 def key_of(pod: Mapping[str, Any]) -> str:
     metadata = pod.get("metadata") or {}

@@ -128,7 +128,7 @@ def simulate(
         if (pod.get("spec") or {}).get("nodeName"):
             bound = facts(pod)
             model.restore(bound)
-            assignment = model.assignments.get(bound.key)
+            assignment = model.assignments.get(bound.identity)
             devices = assignment.devices if assignment else ()
             placements[position] = _placement(bound, bound.node_name, devices, None, _rule_of(pod),
                                               outcome="already-bound")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpointer
@@ -20,20 +21,50 @@ import jsonpointer
 from scheduler_core import profile
 
 WARMED_ANNOTATION = "gpu-scheduler.io/deletion-cost-warmed-at"  # when the one promotion happened
+LONGEST_COST = len(str(-(2**31)))  # a deletion cost is an int32 in decimal; anything longer is not one
 
 
-def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: profile.Warmup) -> list[dict[str, Any]] | None:
+@dataclass(frozen=True)
+class Candidate:
+    """What the warm-up reads of a bound pod, and names it by: a few short fields, never the pod itself
+    (a watched model keeps one per bound pod, and a tenant's annotations may be hundreds of KiB)."""
+
+    namespace: str
+    name: str
+    uid: str
+    initial_cost: str | None  # what the webhook wrote; None: it wrote nothing, so there is nothing to warm
+    cost: str | None  # the deletion cost now
+    warmed: bool  # the one promotion has happened (WARMED_ANNOTATION)
+    deleting: bool  # deletionTimestamp set
+    ready_since: datetime.datetime | None  # Ready=True since, None when not Ready
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> Candidate:
+        metadata = pod.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        return cls(
+            namespace=str(metadata.get("namespace") or "default"),
+            name=str(metadata.get("name") or ""),
+            uid=str(metadata.get("uid") or ""),
+            initial_cost=_cost(annotations.get(profile.INITIAL_COST_ANNOTATION)),
+            cost=_cost(annotations.get(profile.DELETION_COST_ANNOTATION)),
+            warmed=WARMED_ANNOTATION in annotations,
+            deleting=bool(metadata.get("deletionTimestamp")),
+            ready_since=_ready_since(pod),
+        )
+
+
+def due(pod: Candidate, *, now: datetime.datetime, warmup: profile.Warmup) -> list[dict[str, Any]] | None:
     """The JSON patch promoting `pod`, or None when it is not (or no longer) due."""
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
-    initial = annotations.get(profile.INITIAL_COST_ANNOTATION)
-    current = annotations.get(profile.DELETION_COST_ANNOTATION)
+    initial, current = pod.initial_cost, pod.cost
     warmed = str(warmup.cost)
-    if (initial is None or current != initial or current == warmed or WARMED_ANNOTATION in annotations
-            or metadata.get("deletionTimestamp")):
+    if initial is None or current != initial or current == warmed or pod.warmed or pod.deleting:
         return None
-    ready_since = _ready_since(pod)
-    if ready_since is None or (now - ready_since).total_seconds() < warmup.seconds:
+    if pod.ready_since is None or (now - pod.ready_since).total_seconds() < warmup.seconds:
         return None
     path = f"/metadata/annotations/{jsonpointer.escape(profile.DELETION_COST_ANNOTATION)}"
     return [
@@ -42,6 +73,10 @@ def due(pod: Mapping[str, Any], *, now: datetime.datetime, warmup: profile.Warmu
         {"op": "add", "path": f"/metadata/annotations/{jsonpointer.escape(WARMED_ANNOTATION)}",
          "value": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
     ]
+
+
+def _cost(value: object) -> str | None:
+    return value if isinstance(value, str) and len(value) <= LONGEST_COST else None
 
 
 def _ready_since(pod: Mapping[str, Any]) -> datetime.datetime | None:

@@ -1,4 +1,5 @@
-"""Binding a pod to a node: the one write that places a pod, isolated here.
+"""Binding a pod to a node: the one write that places a pod, isolated here, and the read that
+tells what became of a pod when it failed.
 
 The Binding carries the pod's GPU devices as an annotation; the apiserver copies a
 Binding's annotations onto the pod in the same write that sets spec.nodeName, so a pod
@@ -7,6 +8,8 @@ is never bound without its devices (a restarted scheduler restores them from the
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
@@ -24,3 +27,13 @@ def bind(api: client.ApiClient, *, namespace: str, name: str, uid: str | None, n
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     rawapi.request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body)
+
+
+def read_pod(core: Any, *, namespace: str, name: str) -> dict[str, Any]:
+    """The pod as the API has it now, as JSON (a CoreV1Api read, its connection returned to the pool);
+    raises ApiException (404: not found) or the transport's error."""
+    reply = core.read_namespaced_pod(name, namespace, _preload_content=False)
+    try:
+        return dict(json.loads(reply.data))
+    finally:
+        reply.release_conn()

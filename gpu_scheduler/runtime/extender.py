@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +32,13 @@ import orjson
 from flask import Flask, Response, jsonify, request
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from urllib3.exceptions import HTTPError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_scheduler import sources, watching
-from gpu_scheduler.runtime import binding
-from scheduler_core import cluster, framework, nodes, pods
+from gpu_scheduler.runtime import binding, model_metrics
+from scheduler_core import cluster, framework, pods, watched
 from webhook import config, reloading
 from webhook import metrics as shared_metrics
 
@@ -203,19 +203,16 @@ class BindError(Exception):
 
 
 class Extender:
-    """The cluster model, kept by watches, and the three verbs over it; every access under `lock`."""
+    """The verbs over the watched model (scheduler_core.watched), which the Node and Pod watches keep;
+    every access to the model under `lock`."""
 
     def __init__(self, settings: config.Config, *, core: Any = None):
         self.settings = settings
         self.core = core  # a CoreV1Api; None only where nothing is bound (unit tests with a model filled directly)
         self.lock = threading.Lock()
-        self.model = cluster.Cluster(gpu_resources=settings.admission.gpu_resources)
-        self.framework = framework.Framework(self.model, settings.scheduling)
-        # pod key -> node: assumed by our bind, until the watch shows the pod bound (or gone). A stale
-        # event from before the binding must not free its GPUs.
-        self.assumed: dict[str, str] = {}
-        # node -> pod key -> facts: pods the watch shows bound to a node it has not shown yet
-        self.waiting: defaultdict[str, dict[str, pods.PodFacts]] = defaultdict(dict)
+        self.model = watched.WatchedCluster(gpu_resources=settings.admission.gpu_resources,
+                                            scheduling=settings.scheduling)
+        self.framework = framework.Framework(self.model.cluster, settings.scheduling)
         self.remembered: OrderedDict[str, dict[str, Any]] = OrderedDict()  # pod uid -> Pod from /filter
         # pod uid -> (the nodes /filter was asked about, the feasible ones' scores), for the /prioritize
         # that follows in the same scheduling cycle: kube-scheduler, too, scores against the snapshot it filtered
@@ -255,80 +252,33 @@ class Extender:
                             ", ".join(settings.admission.gpu_resources))
             self.settings = settings
             self.framework.configure(settings.scheduling)
+            self.model.configure(settings.scheduling)
 
-    # --- the model, from the watches ----------------------------------------------------------------
+    # --- the model, from the watches: the Reflector's callbacks, which must never raise ----------------
 
     def replace_nodes(self, items: list[dict[str, Any]]) -> None:
-        with self.lock:
-            names = {str((obj.get("metadata") or {}).get("name")) for obj in items}
-            for name in [name for name in self.model.index if name not in names]:
-                self.model.remove_node(name)
-            for obj in items:
-                self._set_node(obj)
+        self._update("Node", lambda: self.model.nodes_relisted(items, now=_now()))
 
     def node_event(self, kind: str, obj: dict[str, Any]) -> None:
-        with self.lock:
-            if kind == "DELETED":
-                self.model.remove_node(str(obj["metadata"]["name"]))
-            else:
-                self._set_node(obj)
-
-    def _set_node(self, obj: dict[str, Any]) -> None:
-        facts = nodes.parse(obj, gpu_resources=self.model.gpu_resources,
-                            now=datetime.datetime.now(datetime.timezone.utc),
-                            utilization_max_age=self.settings.scheduling.utilization_max_age_seconds)
-        self.model.set_node(facts)
-        for pod in self.waiting.pop(facts.name, {}).values():
-            self.model.restore(pod)
+        self._update("Node", lambda: self.model.node_event(kind, obj, now=_now()))
 
     def replace_pods(self, items: list[dict[str, Any]]) -> None:
-        with self.lock:
-            keys = {pods.key_of(obj) for obj in items}
-            for key in [key for key in self.model.assignments if key not in keys]:
-                self.model.unassign(key)
-                self.assumed.pop(key, None)
-            self.waiting.clear()
-            for obj in items:
-                self._pod(obj, gone=False)
+        self._update("Pod", lambda: self.model.pods_relisted(items, now=_now()))
 
     def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._update("Pod", lambda: self.model.pod_event(kind, obj, now=_now()))
+
+    def _update(self, kind: str, update: Callable[[], watched.Change]) -> None:
         with self.lock:
-            self._pod(obj, gone=kind == "DELETED")
+            try:
+                update()  # the model guards each object; this guards against the rest
+            except Exception:
+                self.model.rejected[kind] += 1
+                log.exception("a %s update of the model failed; going on", kind)
 
-    def _pod(self, obj: dict[str, Any], *, gone: bool) -> None:
-        key = pods.key_of(obj)
-        metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        uid = str(metadata.get("uid") or "")
-        current = self.model.assignments.get(key)
-        if gone or (obj.get("status") or {}).get("phase") in pods.TERMINAL_PHASES:
-            self._forget_waiting(key)
-            if current is not None and current.pod.uid in ("", uid):  # not a newer pod of the same name
-                self.model.unassign(key)
-                self.assumed.pop(key, None)
-            return
-        node = spec.get("nodeName")
-        if not node:
-            return  # pending: accounted once bound (by our bind, or when the watch shows it bound)
-        self.assumed.pop(key, None)
-        if current is not None and current.pod.uid == uid and self.model.node(current.node).name == node:
-            return  # accounted already; the devices our bind chose stand
-        facts = self._pod_facts(obj)
-        self.model.unassign(key)
-        self._forget_waiting(key)
-        if node in self.model.index:
-            self.model.restore(facts)
-        else:
-            self.waiting[node][key] = facts
-
-    def _forget_waiting(self, key: str) -> None:
-        for node in [node for node, waiting in self.waiting.items() if key in waiting]:
-            del self.waiting[node][key]
-            if not self.waiting[node]:
-                del self.waiting[node]
-
-    def _pod_facts(self, obj: Mapping[str, Any]) -> pods.PodFacts:
-        return pods.parse(obj, gpu_resources=self.model.gpu_resources,
-                          locality_labels=self.settings.scheduling.locality_labels)
+    def model_view(self) -> model_metrics.ModelView:
+        with self.lock:
+            return model_metrics.ModelView.of(self.model)
 
     def _remember(self, pod: dict[str, Any]) -> None:
         uid = str(pod["metadata"]["uid"])
@@ -340,10 +290,10 @@ class Extender:
     # --- verbs --------------------------------------------------------------------------------------
 
     def filter(self, candidates: Candidates) -> ExtenderFilterResult:
-        facts = self._pod_facts(candidates.pod)
+        facts = self.model.facts_of(candidates.pod)
         with self.lock:
             self._remember(candidates.pod)
-            known = [name for name in candidates.names if name in self.model.index]
+            known = [name for name in candidates.names if name in self.model.cluster.index]
             feasible, failed, scores = self.framework.evaluate(facts, known)
             self._keep_scores(facts.uid, frozenset(candidates.names), scores)
         failed_nodes = {name: reason for name, (_, reason) in failed.items()}
@@ -361,12 +311,12 @@ class Extender:
                 "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
 
     def prioritize(self, candidates: Candidates) -> list[HostPriority]:
-        facts = self._pod_facts(candidates.pod)
+        facts = self.model.facts_of(candidates.pod)
         with self.lock:
             self._remember(candidates.pod)
             asked, scores = self.filtered.pop(facts.uid, (frozenset(), {}))
             if not asked.issuperset(candidates.names):  # no /filter before (filterVerb unset), or other nodes
-                known = [name for name in candidates.names if name in self.model.index]
+                known = [name for name in candidates.names if name in self.model.cluster.index]
                 _, _, scores = self.framework.evaluate(facts, known)
         return priorities(candidates.names, scores)
 
@@ -379,7 +329,7 @@ class Extender:
     def bind(self, args: BindingArgs) -> ExtenderBindingResult:
         """Choose and assume the devices, then POST the Binding that records them on the pod."""
         try:
-            facts = self._pod_facts(self._pod_for(args))
+            facts = self.model.facts_of(self._pod_for(args))
             with self.lock:
                 devices = self._assume(facts, args.node)
         except BindError as err:
@@ -387,13 +337,15 @@ class Extender:
             return {"Error": str(err)}
         try:
             self._write(args, devices)
-        except BindError as err:
+        except BaseException as err:
             with self.lock:
-                if self.assumed.get(args.key) == args.node:
-                    del self.assumed[args.key]
-                    self.model.unassign(args.key)
+                self.model.forget(args.uid)  # by UID: a new pod of the same name keeps its place
+            if not isinstance(err, BindError):
+                raise
             log.warning("binding %s to %s failed: %s", args.key, args.node, err)
             return {"Error": str(err)}
+        with self.lock:
+            self.model.finish_binding(args.uid, now=_now())
         log.info("bound %s to %s with GPU devices %s", args.key, args.node, pods.format_devices(devices))
         return {"Error": ""}
 
@@ -412,33 +364,28 @@ class Extender:
 
     def _read_pod(self, args: BindingArgs) -> dict[str, Any]:
         try:
-            reply = self.core.read_namespaced_pod(args.pod_name, args.namespace, _preload_content=False)
-            try:
-                return dict(json.loads(reply.data))
-            finally:
-                reply.release_conn()
+            return binding.read_pod(self.core, namespace=args.namespace, name=args.pod_name)
         except (ApiException, HTTPError, OSError, ValueError) as err:
             raise BindError(f"cannot read pod {args.key}: {watching.describe_error(err)}") from err
 
     def _assume(self, facts: pods.PodFacts, node: str) -> tuple[pods.Device, ...]:
         """Under the lock: the devices for `facts` on `node`, accounted in the model; never overcommits."""
-        row = self.model.index.get(node)
+        row = self.model.cluster.index.get(node)
         if row is None:
             raise BindError(f"node {node}: {NOT_CACHED}")
-        current = self.model.assignments.get(facts.key)
-        if current is not None and current.pod.uid == facts.uid:
+        current = self.model.cluster.assignments.get(facts.identity)
+        if current is not None:
             if current.node == row:
                 return current.devices  # bound or being bound there already: the same devices again
-            raise BindError(f"pod {facts.key} is already assigned to node {self.model.node(current.node).name}")
+            raise BindError(f"pod {facts.key} is already assigned to node {self.model.cluster.node(current.node).name}")
         feasible, failed, _ = self.framework.evaluate(facts, [node], score=False)
         if not feasible:
             raise BindError(f"node {node} cannot take pod {facts.key} any more: {failed[node][1]}")
         devices = self.framework._devices(row, facts)  # the standalone scheduler's device choice
         try:
-            self.model.assign(facts, node, devices)
+            self.model.assume(facts, node, devices, now=_now())
         except cluster.OvercommitError as err:
             raise BindError(str(err)) from err
-        self.assumed[facts.key] = node
         return devices
 
     def _write(self, args: BindingArgs, devices: tuple[pods.Device, ...]) -> None:
@@ -512,6 +459,13 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
     """Routes over whatever extender `current()` returns (None: not configured yet)."""
     app = Flask("gpu-scheduler-extender")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    model_registry = CollectorRegistry()  # the model's view: one model, in this (the only) worker
+
+    def view() -> model_metrics.ModelView | None:
+        extender = current()
+        return extender.model_view() if extender is not None else None
+
+    model_metrics.register(view, model_registry)
 
     def serve(verb: str, parse: Callable[[object], Any],
               answer: Callable[[Extender, Any], tuple[Any, str]]) -> Any:
@@ -572,12 +526,13 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
         if not extender.synced:
             return _error(503, "nodes and pods not listed from the API yet")
         with extender.lock:
-            counts = {"nodes": extender.model.node_count, "pods": len(extender.model.assignments)}
+            counts = {"nodes": extender.model.cluster.node_count, "pods": len(extender.model.cluster.assignments)}
         return jsonify(status="ready", **counts)
 
     @app.get("/metrics")
     def metrics_page() -> Response:
-        return Response(shared_metrics.exposition(), content_type=shared_metrics.CONTENT_TYPE)
+        return Response(shared_metrics.exposition() + generate_latest(model_registry),
+                        content_type=shared_metrics.CONTENT_TYPE)
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_: HTTPException) -> Any:
@@ -592,3 +547,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
 
 def _error(status: int, message: str) -> tuple[Response, int]:
     return jsonify(error=message, status=status), status
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)

@@ -22,7 +22,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpu_scheduler import sources
-from gpu_scheduler.runtime import metrics, running
+from gpu_scheduler.runtime import metrics, model_metrics, running
 from webhook import reloading
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ def serve_health(port: int, state: dict[str, Any]) -> ThreadingHTTPServer:
 def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,
         leader_elect: bool, lease: tuple[str, str], port: int) -> int:
     state: dict[str, Any] = {}
-    running.register_collector(lambda: state.get("scheduler"))
+    model_metrics.register(lambda: model_metrics.ModelView.of(state["scheduler"].model) if "scheduler" in state
+                           else None)
     serve_health(port, state)
 
     def on_change(settings: Any) -> None:

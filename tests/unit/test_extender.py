@@ -56,6 +56,7 @@ class FakeCore:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.binding_error: Reply | None = None
+        self.while_binding: Any = None  # called once, as a Binding arrives: what happens meanwhile
         self.lock = threading.Lock()
         self.api_client = SimpleNamespace(configuration=SimpleNamespace(host="https://apiserver", auth_settings=dict),
                                           rest_client=SimpleNamespace(pool_manager=self))
@@ -75,6 +76,9 @@ class FakeCore:
         assert method == "POST" and found, (method, url)
         namespace, name = found.groups()
         binding = json.loads(body)
+        meanwhile, self.while_binding = self.while_binding, None
+        if meanwhile is not None:
+            meanwhile()
         with self.lock:
             self.calls.append(("bind", f"{namespace}/{name}", binding))
             if self.binding_error is not None:
@@ -264,7 +268,7 @@ def test_bind_records_the_devices_then_binds_and_never_gives_a_gpu_twice():
     error = bind(client, core, third, "a100-1")
     assert error == "node a100-1 cannot take pod ns/p3 any more: Insufficient nvidia.com/gpu"
     assert [call[0] for call in core.calls[calls:]] == ["read"]  # nothing written
-    assert set(ext.model.assignments) == {"ns/p1", "ns/p2"}
+    assert set(ext.model.cluster.assignments) == {"uid-p1", "uid-p2"}
 
 
 def test_a_retried_bind_gets_the_same_devices_and_succeeds():
@@ -274,7 +278,7 @@ def test_a_retried_bind_gets_the_same_devices_and_succeeds():
     assert bind(client, core, first, "a100-1") == ""
     assert post(client, "bind", binding(first, "a100-1")) == {"Error": ""}  # the API says 409: bound there
     assert devices_of(core, first) == [{"index": 1, "milli": 1000}]
-    assert ext.model.gpu_used[ext.model.index["a100-1"]] == 2000
+    assert ext.model.cluster.gpu_used[ext.model.cluster.index["a100-1"]] == 2000
     assert post(client, "bind", binding(first, "a100-2"))["Error"] == "pod ns/p is already assigned to node a100-1"
 
 
@@ -285,7 +289,7 @@ def test_a_failed_binding_frees_the_devices_and_says_why():
     first = gpu_pod("p", gpus=4)
     assert bind(client, core, first, "a100-1") == "binding ns/p to a100-1: HTTP 500 etcdserver: request timed out"
     assert DEVICES not in core.pods[("ns", "p")]["metadata"]["annotations"]
-    assert ext.model.assignments == {} and ext.model.gpu_used[ext.model.index["a100-1"]] == 0
+    assert ext.model.cluster.assignments == {} and ext.model.cluster.gpu_used[ext.model.cluster.index["a100-1"]] == 0
     core.binding_error = None
     assert bind(client, core, first, "a100-1") == ""
     assert devices_of(core, first) == [{"index": i, "milli": 1000} for i in range(4)]
@@ -341,7 +345,7 @@ def test_bound_pods_keep_their_recorded_devices_and_pods_seen_before_their_node_
     assert bind(client, core, first, "n") == ""
     assert devices_of(core, first) == [{"index": 1, "milli": 1000}]
     ext.node_event("ADDED", node("late-node", gpus=2))
-    assert ext.model.assignments["ns/early"].devices == (pods.Device(1, 1000),)
+    assert ext.model.cluster.assignments["uid-early"].devices == (pods.Device(1, 1000),)
 
 
 def test_a_stale_pending_event_after_bind_keeps_the_gpus_and_deletion_frees_them():
@@ -349,9 +353,10 @@ def test_a_stale_pending_event_after_bind_keeps_the_gpus_and_deletion_frees_them
     first = gpu_pod("p", gpus=1)
     assert bind(client, core, first, "n") == ""
     ext.pod_event("MODIFIED", first)  # from before the binding
-    assert "ns/p" in ext.model.assignments and ext.assumed == {"ns/p": "n"}
+    assert "uid-p" in ext.model.cluster.assignments
+    assert {uid: assumption.node for uid, assumption in ext.model.assumed.items()} == {"uid-p": "n"}
     ext.pod_event("MODIFIED", core.pods[("ns", "p")])  # the binding, as the watch shows it
-    assert ext.assumed == {} and ext.model.assignments["ns/p"].devices == (pods.Device(0, 1000),)
+    assert ext.model.assumed == {} and ext.model.cluster.assignments["uid-p"].devices == (pods.Device(0, 1000),)
     second = gpu_pod("q", gpus=1)
     assert bind(client, core, second, "n").endswith("Insufficient nvidia.com/gpu")
     ext.pod_event("DELETED", core.pods[("ns", "p")])
@@ -360,9 +365,48 @@ def test_a_stale_pending_event_after_bind_keeps_the_gpus_and_deletion_frees_them
 
 def test_a_relist_forgets_pods_that_are_gone():
     ext, _, _ = make(node("n", gpus=2), bound=(gpu_pod("q", gpus=2, node_name="n"),))
-    assert ext.model.gpu_used[ext.model.index["n"]] == 2000
+    assert ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 2000
     ext.replace_pods([])
-    assert ext.model.assignments == {} and ext.model.gpu_used[ext.model.index["n"]] == 0
+    assert ext.model.cluster.assignments == {} and ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 0
+
+
+def test_a_failed_bind_of_an_old_incarnation_leaves_the_new_pod_of_that_name_bound():
+    """The pod is deleted and created again, and the new one bound, while the old one's Binding is in flight;
+    the old one's refusal (the UID precondition) must not free the new pod's GPU. Keyed by name, it did."""
+    ext, core, client = make(node("n", gpus=2))
+    old = gpu_pod("p", gpus=1)
+    new = {**gpu_pod("p", gpus=1), "metadata": {**gpu_pod("p", gpus=1)["metadata"], "uid": "uid-new"}}
+
+    def recreated_and_bound() -> None:
+        del core.pods[("ns", "p")]
+        ext.pod_event("DELETED", old)
+        assert bind(client, core, new, "n") == ""
+
+    core.while_binding = recreated_and_bound
+    assert bind(client, core, old, "n").startswith("binding ns/p to n: HTTP 409")
+    assert set(ext.model.cluster.assignments) == {"uid-new"} and set(ext.model.assumed) == {"uid-new"}
+    assert ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 1000
+    assert devices_of(core, new) == [{"index": 0, "milli": 1000}]  # freed by the old pod's deletion
+    assert ext.model.cluster.assignments["uid-new"].devices == (pods.Device(0, 1000),)
+
+
+def test_a_node_deleted_and_registered_again_keeps_its_pods_gpus():
+    ext, core, client = make(node("n", gpus=1), bound=(gpu_pod("q", gpus=1, node_name="n"),))
+    ext.node_event("DELETED", node("n", gpus=1))
+    ext.node_event("ADDED", node("n", gpus=1))
+    assert bind(client, core, gpu_pod("p", gpus=1), "n") == "node n cannot take pod ns/p any more: " \
+                                                            "Insufficient nvidia.com/gpu"
+
+
+def test_an_object_that_breaks_the_model_is_counted_and_the_watch_goes_on(monkeypatch):
+    ext, _, _ = make(node("n", gpus=1))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ext.model, "pod_event", broken)
+    ext.pod_event("ADDED", gpu_pod("q", gpus=1, node_name="n"))  # returns: the Reflector's thread lives on
+    assert ext.model.rejected["Pod"] == 1 and not ext.lock.locked()
 
 
 # --- malformed requests, not ready, bugs ----------------------------------------------------------
@@ -452,6 +496,8 @@ def test_health_readiness_and_metrics():
     assert 'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}' in text
     assert 'gpu_scheduler_extender_requests_total{outcome="invalid",verb="filter"}' in text
     assert 'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}' in text
+    assert 'gpu_scheduler_allocated_gpus{model="NVIDIA-A100-SXM4-40GB",node="a100-1"} 1.0' in text
+    assert 'gpu_scheduler_allocated_gpus{model="NVIDIA-L4",node="l4-1"} 0.0' in text
     assert client.get("/nope").status_code == 404 and client.get("/filter").status_code == 405
 
 

@@ -84,7 +84,7 @@ def test_dashboard_queries_only_metrics_the_components_export():
 
     root = MANIFESTS.parent
     sources = "".join((root / f).read_text() for f in (
-        "webhook/metrics.py", "gpu_scheduler/runtime/metrics.py", "gpu_scheduler/runtime/running.py",
+        "webhook/metrics.py", "gpu_scheduler/runtime/metrics.py", "gpu_scheduler/runtime/model_metrics.py",
         "gpu_scheduler/runtime/extender.py"))
     exported = set(re.findall(r'"(gpu_scheduler_[a-z_]+)"', sources))
     configmap = yaml.safe_load((MANIFESTS / "monitoring" / "dashboard.yaml").read_text())

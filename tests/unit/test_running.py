@@ -1,8 +1,9 @@
 """The standalone scheduler's event handling: orderings the e2e tests cannot force on demand.
 
-The loop's handlers are driven directly; only the Binding write is replaced (by a recorder),
-and every other call goes to a closed port and fails harmlessly. tests/e2e/test_scheduler*.py
-prove the same loop against the real apiserver.
+The loop's handler is driven directly; only the Binding write and the read that follows a failed one
+are replaced (by a recorder and a stand-in API), and every other call goes to a closed port and fails
+harmlessly. The model's own rules are in test_watched.py; tests/e2e/test_scheduler*.py prove the same
+loop against the real apiserver.
 """
 
 from __future__ import annotations
@@ -22,16 +23,25 @@ from webhook import config
 @pytest.fixture()
 def scheduler(monkeypatch):
     bindings: list[tuple[str, str]] = []
-    outcome: dict[str, Any] = {"error": None}
+    outcome: dict[str, Any] = {"error": None, "api_has": None, "unreadable": False}
     done = threading.Event()
 
     def fake_bind(api, *, namespace, name, uid, node, annotations=None):
         bindings.append((f"{namespace}/{name}", node))
-        done.set()
         if outcome["error"] is not None:
             raise outcome["error"]
+        done.set()
+
+    def fake_read(core, *, namespace, name):
+        done.set()
+        if outcome["unreadable"]:
+            raise OSError("connection refused")
+        if outcome["api_has"] is None:
+            raise ApiException(status=404, reason="Not Found")
+        return outcome["api_has"]
 
     monkeypatch.setattr(running.binding, "bind", fake_bind)
+    monkeypatch.setattr(running.binding, "read_pod", fake_read)
     api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
     live = running.LiveScheduler(api, config.Config(), binder_threads=1)
     live.bindings, live.outcome, live.bound_signal = bindings, outcome, done
@@ -43,70 +53,150 @@ def settle(live) -> None:
     """Wait for the binder, then handle what it reported."""
     assert live.bound_signal.wait(5)
     live.bound_signal.clear()
-    event = live.events.get(timeout=5)
-    live._handle(event)
+    live._handle(live.events.get(timeout=5))
 
 
-def pending(name: str, gpus: int = 1) -> dict:
+def pending(name: str, gpus: int = 1, uid: str | None = None) -> dict:
     obj = pod(name, gpus=gpus)
-    obj["metadata"]["uid"] = f"uid-{name}"
+    obj["metadata"]["uid"] = uid or f"uid-{name}"
     return obj
 
 
 def bound(obj: dict, node_name: str) -> dict:
-    copy = {**obj, "spec": {**obj["spec"], "nodeName": node_name}}
-    return copy
+    return {**obj, "spec": {**obj["spec"], "nodeName": node_name}}
+
+
+def schedule_next(live) -> None:
+    live._schedule(live.queue.pop(float("inf")))
+
+
+def accounted(live) -> dict[str, str]:
+    """pod -> node, as the model accounts them."""
+    model = live.model.cluster
+    return {a.pod.key: model.node(a.node).name for a in model.assignments.values()}
 
 
 def test_a_stale_event_from_before_the_binding_neither_requeues_nor_frees_the_gpu(scheduler):
-    scheduler._on_node("ADDED", node("a", gpus=1))
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
     first = pending("first")
-    scheduler._on_pod("ADDED", first)
-    scheduler._schedule(scheduler.queue.pop(0))
+    scheduler._handle(("pod", "ADDED", first))
+    schedule_next(scheduler)
     settle(scheduler)
-    scheduler._on_pod("MODIFIED", first)  # the watch still shows the pod unbound: an older event
-    assert "ns/first" not in scheduler.queue and "ns/first" in scheduler.model.assignments
-    scheduler._on_pod("ADDED", pending("second"))
-    scheduler._schedule(scheduler.queue.pop(0))
+    scheduler._handle(("pod", "MODIFIED", first))  # the watch still shows the pod unbound: an older event
+    assert "uid-first" not in scheduler.queue and accounted(scheduler) == {"ns/first": "a"}
+    scheduler._handle(("pod", "ADDED", pending("second")))
+    schedule_next(scheduler)
     assert scheduler.bindings == [("ns/first", "a")]  # the one GPU is still taken: no second binding
-    scheduler._on_pod("MODIFIED", bound(first, "a"))  # confirmation
-    assert "ns/first" not in scheduler.assumed
+    scheduler._handle(("pod", "MODIFIED", bound(first, "a")))  # confirmation
+    assert "uid-first" not in scheduler.model.assumed
 
 
 def test_a_bound_pod_seen_before_its_node_is_accounted_when_the_node_arrives(scheduler):
-    scheduler._on_pod("ADDED", bound(pending("early", gpus=2), "late-node"))
-    assert "ns/early" not in scheduler.model.assignments
-    scheduler._on_node("ADDED", node("late-node", gpus=2))
-    assert "ns/early" in scheduler.model.assignments
-    scheduler._on_pod("ADDED", pending("next"))
-    scheduler._schedule(scheduler.queue.pop(0))
+    scheduler._handle(("pod", "ADDED", bound(pending("early", gpus=2), "late-node")))
+    assert accounted(scheduler) == {}
+    scheduler._handle(("node", "ADDED", node("late-node", gpus=2)))
+    assert accounted(scheduler) == {"ns/early": "late-node"}
+    scheduler._handle(("pod", "ADDED", pending("next")))
+    schedule_next(scheduler)
     assert scheduler.bindings == [] and scheduler.queue.parked() == 1
 
 
-@pytest.mark.parametrize(("status", "retried"), [(500, True), (409, False), (404, False)])
-def test_a_refused_binding_is_unassumed_and_retried_only_when_it_can_succeed(scheduler, status, retried):
-    scheduler._on_node("ADDED", node("a", gpus=1))
-    scheduler.outcome["error"] = ApiException(status=status, reason="refused")
-    scheduler._on_pod("ADDED", pending("p"))
-    scheduler._schedule(scheduler.queue.pop(0))
+@pytest.mark.parametrize(("status", "api_has", "retried", "where"), [
+    (500, "pending", True, {}),
+    (409, "bound-elsewhere", False, {"ns/p": "b"}),
+    (409, "a-new-pod-of-that-name", False, {}),
+    (404, None, False, {}),
+    (500, "unreadable", True, {}),
+], ids=["error-still-pending", "bound-by-another", "recreated", "gone", "cannot-ask"])
+def test_a_failed_binding_is_checked_against_the_api_and_retried_only_while_the_pod_waits(
+        scheduler, status, api_has, retried, where):
+    """Not dropped on a 409 as before: the pod is read, and the model follows what the API says."""
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
+    scheduler._handle(("node", "ADDED", node("b", gpus=1)))
+    obj = pending("p")
+    scheduler.outcome.update(
+        error=ApiException(status=status, reason="refused"), unreadable=api_has == "unreadable",
+        api_has={"pending": obj, "bound-elsewhere": bound(obj, "b"),
+                 "a-new-pod-of-that-name": pending("p", uid="uid-new")}.get(api_has))
+    scheduler._handle(("pod", "ADDED", obj))
+    schedule_next(scheduler)
     settle(scheduler)
-    assert "ns/p" not in scheduler.model.assignments and "ns/p" not in scheduler.assumed
-    assert ("ns/p" in scheduler.queue) is retried
+    assert accounted(scheduler) == where and scheduler.model.assumed == {}
+    assert ("uid-p" in scheduler.queue) is retried and ("uid-p" in scheduler.model.pending) is retried
+    if retried:
+        assert scheduler.queue.pop(0.0) is None  # backing off, not tried again at once
+        scheduler.outcome.update(error=None)
+        schedule_next(scheduler)
+        settle(scheduler)
+        assert scheduler.bindings == [("ns/p", "a"), ("ns/p", "a")] and accounted(scheduler) == {"ns/p": "a"}
+
+
+def test_a_refusal_for_an_old_incarnation_leaves_the_new_pod_of_that_name_alone(scheduler):
+    """Deleted and re-created while its binding is in flight: the old binding's refusal must not clear the new
+    pod's place (keyed by name, it did: the model then held less than the API)."""
+    scheduler._handle(("node", "ADDED", node("a", gpus=2)))
+    old, new = pending("p", uid="uid-old"), pending("p", uid="uid-new")
+    scheduler.outcome.update(error=ApiException(status=409, reason="Conflict"), api_has=new)  # the UID precondition
+    scheduler._handle(("pod", "ADDED", old))
+    schedule_next(scheduler)  # bound to a: the binding is in flight
+    scheduler._handle(("pod", "DELETED", old))
+    scheduler._handle(("pod", "ADDED", new))
+    settle(scheduler)  # the old binding's refusal arrives now
+    assert "uid-new" in scheduler.model.pending and "uid-new" in scheduler.queue
+    scheduler.outcome.update(error=None)
+    schedule_next(scheduler)
+    settle(scheduler)
+    assert accounted(scheduler) == {"ns/p": "a"} and set(scheduler.model.cluster.assignments) == {"uid-new"}
 
 
 def test_a_deleted_pod_frees_its_gpu_and_wakes_parked_pods(scheduler):
-    scheduler._on_node("ADDED", node("a", gpus=1))
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
     holder = bound(pending("holder"), "a")
-    scheduler._on_pod("ADDED", holder)
-    scheduler._on_pod("ADDED", pending("waiting"))
-    scheduler._schedule(scheduler.queue.pop(0))
+    scheduler._handle(("pod", "ADDED", holder))
+    scheduler._handle(("pod", "ADDED", pending("waiting")))
+    schedule_next(scheduler)
     assert scheduler.queue.parked() == 1
-    scheduler._on_pod("DELETED", holder)
-    assert scheduler.queue.parked() == 0 and "ns/holder" not in scheduler.model.assignments
+    scheduler._handle(("pod", "DELETED", holder))
+    assert scheduler.queue.parked() == 0 and accounted(scheduler) == {}
+
+
+def test_a_node_that_returns_brings_its_pods_back_and_nothing_is_given_twice(scheduler):
+    a = node("a", gpus=1)
+    scheduler._handle(("node", "ADDED", a))
+    scheduler._handle(("pod", "ADDED", bound(pending("holder"), "a")))
+    scheduler._handle(("node", "DELETED", a))
+    scheduler._handle(("node", "ADDED", a))
+    scheduler._handle(("pod", "ADDED", pending("next")))
+    schedule_next(scheduler)
+    assert scheduler.bindings == [] and accounted(scheduler) == {"ns/holder": "a"}
 
 
 def test_pods_of_other_schedulers_are_ignored(scheduler):
     other = pending("theirs")
     other["spec"]["schedulerName"] = "volcano"
-    scheduler._on_pod("ADDED", other)
-    assert len(scheduler.queue) == 0 and scheduler.pending == {}
+    scheduler._handle(("pod", "ADDED", other))
+    assert len(scheduler.queue) == 0 and scheduler.model.pending == {}
+
+
+def test_an_event_that_breaks_the_handler_is_counted_and_the_loop_goes_on(scheduler, monkeypatch):
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(scheduler.model, "pod_event", broken)
+    scheduler._handle(("pod", "ADDED", pending("p")))
+    assert scheduler.model.rejected["Pod"] == 1
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
+    assert "a" in scheduler.model.cluster.index
+
+
+def test_the_model_is_exposed_as_allocated_gpus(scheduler):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpu_scheduler.runtime import model_metrics
+
+    scheduler._handle(("node", "ADDED", node("a", gpus=2)))
+    scheduler._handle(("pod", "ADDED", bound(pending("p"), "a")))
+    registry = CollectorRegistry()
+    model_metrics.register(lambda: model_metrics.ModelView.of(scheduler.model), registry)
+    text = generate_latest(registry).decode()
+    assert 'gpu_scheduler_allocated_gpus{model="NVIDIA-A100-SXM4-40GB",node="a"} 1.0' in text

@@ -27,7 +27,7 @@ def pod(cost="-50", initial="-50", ready_seconds_ago=120, ready=True, deleting=F
 
 def test_a_pod_ready_long_enough_is_promoted_with_a_guarded_patch():
     obj = pod()
-    patch = warmup.due(obj, now=NOW, warmup=WARMUP)
+    patch = warmup.due(warmup.Candidate.of(obj), now=NOW, warmup=WARMUP)
     assert patch == [
         {"op": "test", "path": "/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost", "value": "-50"},
         {"op": "replace", "path": "/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost", "value": "0"},
@@ -35,9 +35,9 @@ def test_a_pod_ready_long_enough_is_promoted_with_a_guarded_patch():
          "value": "2026-11-29T12:00:00Z"},
     ]
     promoted = jsonpatch.apply_patch(obj, patch)
-    assert warmup.due(promoted, now=NOW, warmup=WARMUP) is None  # once
+    assert warmup.due(warmup.Candidate.of(promoted), now=NOW, warmup=WARMUP) is None  # once
     promoted["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] = "-50"
-    assert warmup.due(promoted, now=NOW, warmup=WARMUP) is None  # even if set back later
+    assert warmup.due(warmup.Candidate.of(promoted), now=NOW, warmup=WARMUP) is None  # even if set back later
 
 
 @pytest.mark.parametrize(
@@ -50,15 +50,16 @@ def test_a_pod_ready_long_enough_is_promoted_with_a_guarded_patch():
         pod(cost=None),
         pod(cost="0", initial="0"),  # already at the warmed value
         pod(deleting=True),
+        pod(cost="9" * 300, initial="9" * 300),  # no int32: not a cost the webhook wrote
     ],
-    ids=["too-early", "not-ready", "user-changed", "not-ours", "no-cost", "already-warm", "deleting"],
+    ids=["too-early", "not-ready", "user-changed", "not-ours", "no-cost", "already-warm", "deleting", "not-a-cost"],
 )
 def test_pods_left_alone(obj):
-    assert warmup.due(obj, now=NOW, warmup=WARMUP) is None
+    assert warmup.due(warmup.Candidate.of(obj), now=NOW, warmup=WARMUP) is None
 
 
 def test_a_concurrent_user_change_makes_the_patch_fail_instead_of_overwriting():
-    patch = warmup.due(pod(), now=NOW, warmup=WARMUP)
+    patch = warmup.due(warmup.Candidate.of(pod()), now=NOW, warmup=WARMUP)
     changed = pod(cost="9")
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         jsonpatch.apply_patch(changed, patch)

@@ -1,0 +1,358 @@
+"""The cluster as the Node and Pod watches show it, plus our own bindings: one model for both modes.
+
+`gpu-scheduler run` drives it from its loop thread and `gpu-scheduler extender` under its lock; each
+is a thin driver that feeds it watch events and relists, tells it what it decided and how the
+binding went, and decides over `cluster` (the arrays of scheduler_core.cluster). Pure: it takes the
+API's JSON as dicts and the time as an argument; reading and writing the API is the drivers' part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_core import cluster, nodes, pods, profile, warmup
+
+log = logging.getLogger(__name__)
+
+# An assumption whose binding went through is given this long for the watch to show the pod bound;
+# only a relist that still shows it unbound after that expires it (see WatchedCluster).
+ASSUMED_TTL = datetime.timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A pending pod of ours: its names for the API and its facts, not the object (a tenant's
+    annotations may be hundreds of KiB, and thousands of pods may wait)."""
+
+    namespace: str
+    name: str
+    uid: str
+    facts: pods.PodFacts
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class Assumption:
+    node: str
+    since: datetime.datetime  # when we decided
+    bound_at: datetime.datetime | None = None  # when our binding went through; None while it is in flight
+
+
+@dataclass
+class Change:
+    """What a verb changed that a scheduling queue cares about (`run` applies it; the extender has no queue)."""
+
+    freed: bool = False  # room may have been made: a node came or changed, or a pod left a node
+    queued: dict[str, int] = field(default_factory=dict)  # uid -> priority: pending pods, new or updated
+    settled: set[str] = field(default_factory=set)  # uids no longer pending: bound, gone, or not ours any more
+
+    def add(self, other: Change) -> Change:
+        self.freed |= other.freed
+        for uid in other.settled:
+            self.queued.pop(uid, None)
+        self.queued.update(other.queued)
+        self.settled = (self.settled - set(other.queued)) | other.settled
+        return self
+
+
+class WatchedCluster:
+    """One watched model of the cluster. Pods are keyed by UID (`metadata.uid`), as kube-scheduler's
+    cache keys them, so a refusal or a late event of an old incarnation never touches a new pod of
+    the same name.
+
+    A pod's states, as in kube-scheduler's cache (pkg/scheduler/backend/cache/interface.go), with
+    the pending pods (`run` only) and the orphans added:
+
+                  assume              watch: bound              watch: deleted, terminal,
+      Pending ------------> Assumed ---------------> Bound ---- or absent from a relist ----> Deleted
+      (Initial)  <--------     |                   ^    |
+                  forget       | its node deleted  |    | its node deleted
+                               v                   |    v
+                              Orphan -- the node registers again (or for the first time) --> accounted
+      watch: bound to a node the model has not seen ------^
+
+    - Pending: unbound, `schedulerName` ours, not being deleted. Kept (as a PendingPod) only when
+      the model is built with a `scheduler_name`: `run` queues them; the extender is handed each pod.
+    - Assumed: our decision, accounted in `cluster` at once so the next decision sees it, until the
+      watch shows the pod bound (Bound) or our binding fails (`forget`, then `confirm` with what the
+      API says). Unbound events meanwhile predate the binding and change nothing.
+    - Bound (Added): the API shows `spec.nodeName`; accounted with the devices it records.
+    - Orphan: bound (or assumed) to a node the model does not hold, because the node has not been
+      seen yet or was deleted. Never forgotten while the API has the pod: kept with its devices,
+      not accounted, and accounted again when a node of that name registers.
+    - Deleted: a DELETED event, a terminal phase, or absence from a relist (a relist of pods is the
+      truth for which pods exist; of nodes, for which nodes do).
+
+    Assumptions and relists: kube-scheduler v1.36 keeps an assumed pod until its Add or a Forget,
+    with no expiry. Our drivers always report a binding's outcome, so that rule holds for events;
+    a relist is handled as follows. An assumed pod the list does not show bound survives while its
+    binding is in flight (the list may have been read before the binding landed; a pod that is gone
+    fails the binding, and `forget` follows). Once the binding has gone through, the pod survives a
+    relist for ASSUMED_TTL more, as older kube-schedulers expired an assumed pod a TTL after its
+    binding finished; after that a list still showing it unbound is believed, and the pod is pending
+    again. An assumed pod absent from a list whose binding went through is gone.
+
+    Every object is taken in under a guard: one the parsers choke on is logged (kind, namespace/name,
+    the error), counted in `rejected`, and skipped; the watch and the loop go on.
+    """
+
+    def __init__(self, *, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",),
+                 scheduling: profile.Scheduling = profile.Scheduling(), scheduler_name: str | None = None,
+                 warm_up: bool = False):
+        self.cluster = cluster.Cluster(gpu_resources=gpu_resources)
+        self.scheduling = scheduling
+        self.scheduler_name = scheduler_name  # keep the pending pods of this scheduler (None: none)
+        self.warm_up = warm_up  # keep warm-up candidates (bound pods whose cost the webhook wrote)
+        self.pending: dict[str, PendingPod] = {}
+        self.assumed: dict[str, Assumption] = {}
+        self.orphans: dict[str, pods.PodFacts] = {}  # uid -> facts with node_name and devices
+        self._orphans_of: defaultdict[str, set[str]] = defaultdict(set)  # node name -> uids
+        self.warm: dict[str, warmup.Candidate] = {}
+        self.rejected: Counter[str] = Counter()  # objects not taken in, by kind
+
+    def configure(self, scheduling: profile.Scheduling) -> None:
+        """Objects parsed from now on use these locality labels and utilization age."""
+        self.scheduling = scheduling
+
+    # --- nodes ------------------------------------------------------------------------------------
+
+    def node_event(self, kind: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        if kind == "DELETED":
+            return self._guarded("Node", obj, functools.partial(self._remove_node, obj))
+        return self._guarded("Node", obj, functools.partial(self._set_node, obj, now))
+
+    def nodes_relisted(self, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
+        """The nodes as a list shows them: those absent are deleted (their pods become orphans)."""
+        items = list(items)
+        names = {_name(obj) for obj in items}
+        for name in [name for name in self.cluster.index if name not in names]:
+            self._remove_node({"metadata": {"name": name}})
+        for obj in items:
+            self._guarded("Node", obj, functools.partial(self._set_node, obj, now))
+        return Change(freed=True)
+
+    def _set_node(self, obj: Mapping[str, Any], now: datetime.datetime) -> Change:
+        facts = nodes.parse(obj, gpu_resources=self.cluster.gpu_resources, now=now,
+                            utilization_max_age=self.scheduling.utilization_max_age_seconds)
+        row = self.cluster.index.get(facts.name)
+        before = self.cluster.node(row) if row is not None else None
+        self.cluster.set_node(facts)
+        for uid in sorted(self._orphans_of.pop(facts.name, ())):
+            self.cluster.restore(self.orphans.pop(uid))
+        return Change(freed=before is None or _relevant(before) != _relevant(facts))
+
+    def _remove_node(self, obj: Mapping[str, Any]) -> Change:
+        """The node goes; the pods on it stay known, as orphans of its name, with their devices."""
+        name = str(obj["metadata"]["name"])
+        row = self.cluster.index.get(name)
+        if row is not None:
+            for uid in list(self.cluster.node_pods.get(row, ())):
+                assignment = self.cluster.assignments[uid]
+                self._orphan(uid, dataclasses.replace(assignment.pod, node_name=name, devices=assignment.devices))
+            self.cluster.remove_node(name)
+        return Change()
+
+    # --- pods -------------------------------------------------------------------------------------
+
+    def pod_event(self, kind: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        return self._guarded("Pod", obj, functools.partial(self._pod, kind, obj, now))
+
+    def pods_relisted(self, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
+        """The pods as a list shows them: what it does not hold is gone, whatever we knew of it."""
+        items = list(items)
+        listed = {_uid(obj) for obj in items}
+        change = Change(freed=True)
+        known = set(self.cluster.assignments) | set(self.orphans) | set(self.pending) | set(self.warm)
+        for uid in known - listed:
+            assumption = self.assumed.get(uid)
+            if assumption is not None and assumption.bound_at is None:
+                continue  # our binding is in flight: its outcome decides
+            change.add(self._delete(uid))
+        for obj in items:
+            change.add(self._guarded("Pod", obj, functools.partial(self._pod, "MODIFIED", obj, now, relisted=True)))
+        return change
+
+    def _pod(self, kind: str, obj: Mapping[str, Any], now: datetime.datetime, *, relisted: bool = False) -> Change:
+        uid = _uid(obj)
+        metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        if kind == "DELETED" or (obj.get("status") or {}).get("phase") in pods.TERMINAL_PHASES:
+            return self._delete(uid)
+        if spec.get("nodeName"):
+            return self._seen_bound(uid, obj)
+        ours = (self.scheduler_name is not None and spec.get("schedulerName") == self.scheduler_name
+                and not metadata.get("deletionTimestamp"))
+        facts = self.facts_of(obj) if ours else None
+        change = Change()
+        assumption = self.assumed.get(uid)
+        if assumption is not None:
+            if not (relisted and _expired(assumption, now)):
+                return change  # bound or being bound by us: this view predates the binding
+            log.warning("pod %s was assumed on %s and bound %s ago, yet a relist shows it unbound: "
+                        "pending again", pods.key_of(obj), assumption.node, now - (assumption.bound_at or now))
+            change.add(self.forget(uid))
+        elif uid in self.cluster.assignments or uid in self.orphans:
+            return change  # the watch has shown it bound: an unbound view of it is older
+        if facts is not None:
+            self.pending[uid] = PendingPod(str(metadata.get("namespace") or "default"), str(metadata.get("name")),
+                                           uid, facts)
+            change.queued[uid] = facts.priority
+        elif self.pending.pop(uid, None) is not None:
+            change.settled.add(uid)
+        return change
+
+    def _seen_bound(self, uid: str, obj: Mapping[str, Any]) -> Change:
+        facts = self.facts_of(obj)
+        node = facts.node_name or ""
+        change = Change()
+        if self.pending.pop(uid, None) is not None:
+            change.settled.add(uid)
+        self.assumed.pop(uid, None)  # the watch confirms it: no longer ours to forget
+        current = self.cluster.assignments.get(uid)
+        orphan = self.orphans.get(uid)
+        if current is not None and self.cluster.node(current.node).name == node:
+            pass  # accounted there already; the devices our decision chose stand
+        elif current is None and orphan is not None and orphan.node_name == node:
+            if facts.devices is not None:
+                self.orphans[uid] = facts  # the API's record of its devices wins
+        else:
+            change.freed = self._release(uid)
+            self._place(uid, facts)
+        if self.warm_up:
+            candidate = warmup.Candidate.of(obj)
+            if candidate.initial_cost is not None:
+                self.warm[uid] = candidate
+            else:
+                self.warm.pop(uid, None)
+        return change
+
+    def _delete(self, uid: str) -> Change:
+        change = Change(freed=self._release(uid))
+        self.assumed.pop(uid, None)
+        self.warm.pop(uid, None)
+        if self.pending.pop(uid, None) is not None:
+            change.settled.add(uid)
+        return change
+
+    def _place(self, uid: str, facts: pods.PodFacts) -> None:
+        if facts.node_name in self.cluster.index:
+            self.cluster.restore(facts)
+        else:
+            self._orphan(uid, facts)
+
+    def _orphan(self, uid: str, facts: pods.PodFacts) -> None:
+        self.orphans[uid] = facts
+        self._orphans_of[facts.node_name or ""].add(uid)
+
+    def _release(self, uid: str) -> bool:
+        """Take the pod out of the accounting and the orphans; whether it held room on a node."""
+        orphan = self.orphans.pop(uid, None)
+        if orphan is not None:
+            waiting = self._orphans_of.get(orphan.node_name or "")
+            if waiting is not None:
+                waiting.discard(uid)
+                if not waiting:
+                    del self._orphans_of[orphan.node_name or ""]
+        return self.cluster.unassign(uid) is not None
+
+    def facts_of(self, obj: Mapping[str, Any]) -> pods.PodFacts:
+        """A pod's facts, parsed as the model parses the pods it keeps."""
+        return pods.parse(obj, gpu_resources=self.cluster.gpu_resources,
+                          locality_labels=self.scheduling.locality_labels)
+
+    # --- our own decisions ------------------------------------------------------------------------
+
+    def assume(self, facts: pods.PodFacts, node: str, devices: tuple[pods.Device, ...], *,
+               now: datetime.datetime) -> None:
+        """Pending (or handed over) -> Assumed on `node` with `devices`; raises OvercommitError
+        rather than give away what is taken."""
+        uid = facts.identity
+        placed = dataclasses.replace(facts, node_name=node, devices=devices)
+        self.cluster.assign(placed, node, devices)
+        self.pending.pop(uid, None)
+        self.assumed[uid] = Assumption(node, since=now)
+
+    def finish_binding(self, uid: str, *, now: datetime.datetime) -> None:
+        """Our binding of an assumed pod went through; the watch will show it (see ASSUMED_TTL)."""
+        assumption = self.assumed.get(uid)
+        if assumption is not None:
+            assumption.bound_at = now
+
+    def forget(self, uid: str, *, pending: PendingPod | None = None) -> Change:
+        """Assumed -> not accounted: our binding failed. Only an assumed pod is forgotten: one the
+        watch has shown bound (or gone) meanwhile stays as the API has it. Given `pending` (when the
+        API could not be asked what became of the pod), the pod is pending again."""
+        if self.assumed.pop(uid, None) is None:
+            return Change()
+        change = Change(freed=self._release(uid))
+        if pending is not None and self.scheduler_name is not None:
+            self.pending[uid] = pending
+            change.queued[uid] = pending.facts.priority
+        return change
+
+    def confirm(self, uid: str, pod: Mapping[str, Any] | None, *, now: datetime.datetime) -> Change:
+        """After a failed binding, what the API says of the pod (None: not found): bound somewhere, the
+        model follows; unbound with the same UID, it is pending again; gone, or another pod of that
+        name, it is forgotten for good."""
+        change = self.forget(uid)
+        if pod is None or _uid(pod) != uid:
+            return change.add(self._delete(uid))
+        return change.add(self.pod_event("MODIFIED", pod, now=now))
+
+    # --- the model's view, for metrics -------------------------------------------------------------
+
+    def allocated(self) -> list[tuple[str, str, float]]:
+        """(node, GPU model, GPUs allocated with shares summed) for every node with GPUs."""
+        model = self.cluster
+        return [(name, facts.gpu_model or "unknown", float(model.gpu_used[row]) / 1000)
+                for name, row in list(model.index.items())
+                if (facts := model.facts[row]) is not None and facts.gpu_count]
+
+    # --- the guard --------------------------------------------------------------------------------
+
+    def _guarded(self, kind: str, obj: Any, update: Callable[[], Change]) -> Change:
+        try:
+            return update()
+        except Exception as err:  # one object the parsers choke on must not stop the watch or the loop
+            self.rejected[kind] += 1
+            log.error("%s %s not taken into the model: %s: %s", kind, _describe(obj), type(err).__name__, err)
+            return Change()
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("uid") or pods.key_of(obj))
+
+
+def _name(obj: Mapping[str, Any]) -> str | None:
+    try:
+        return str(obj["metadata"]["name"])
+    except (KeyError, TypeError):
+        return None
+
+
+def _describe(obj: Any) -> str:
+    """namespace/name as well as it can be read, for a log line about an object that did not parse."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return f"<no metadata: {str(obj)[:80]}>"
+    name = str(metadata.get("name"))[:253]
+    return f"{str(metadata['namespace'])[:63]}/{name}" if metadata.get("namespace") else name
+
+
+def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
+    return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
+
+
+def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:
+    """A node's facts without the fast-changing utilization: a change here may make room."""
+    return dataclasses.replace(facts, gpu_utilization=None)

@@ -1,0 +1,278 @@
+"""The watched cluster model both scheduler modes keep: watch events, relists and our own bindings in,
+the accounting the decisions read out. Pure: objects are the API's JSON, the time is passed in.
+
+The churn cases here each broke the two models this one replaced (run's and the extender's): pods
+keyed by name, pods dropped with their node, a refused binding dropped instead of re-checked.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+from typing import Any
+
+import pytest
+
+from scheduler_core import cluster, pods, watched
+from tests.unit.builders import node, pod
+
+NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
+LATER = NOW + watched.ASSUMED_TTL + datetime.timedelta(seconds=1)
+DEVICES = "gpu-scheduler.io/gpu-devices"
+COST, INITIAL = "controller.kubernetes.io/pod-deletion-cost", "gpu-scheduler.io/initial-deletion-cost"
+
+
+def model(*node_objects: dict[str, Any], **kwargs: Any) -> watched.WatchedCluster:
+    found = watched.WatchedCluster(scheduler_name="gpu-scheduler", **kwargs)
+    found.nodes_relisted(list(node_objects), now=NOW)
+    found.pods_relisted([], now=NOW)
+    return found
+
+
+def incarnation(name: str, uid: str, *, node_name: str | None = None, devices: str | None = None,
+                annotations: dict[str, str] | None = None, **kwargs: Any) -> dict[str, Any]:
+    annotations = {**(annotations or {}), **({DEVICES: devices} if devices else {})}
+    obj = pod(name, node_name=node_name, annotations=annotations, **kwargs)
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def bound(obj: dict[str, Any], node_name: str, devices: tuple[pods.Device, ...] = ()) -> dict[str, Any]:
+    """The pod as the watch shows it once a binding (with its devices annotation) landed."""
+    annotations = {**obj["metadata"]["annotations"]}
+    if devices:
+        annotations[DEVICES] = pods.format_devices(devices)
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations},
+            "spec": {**obj["spec"], "nodeName": node_name}}
+
+
+def used(found: watched.WatchedCluster, name: str) -> list[int]:
+    """Thousandths in use on each GPU of the node."""
+    row = found.cluster.index[name]
+    return [1000 - int(free) for free in found.cluster.gpu_free[row, : found.cluster.gpu_count[row]]]
+
+
+def assume(found: watched.WatchedCluster, uid: str, node_name: str, *devices: pods.Device) -> None:
+    found.assume(found.pending[uid].facts, node_name, tuple(devices), now=NOW)
+
+
+# --- keyed by UID -----------------------------------------------------------------------------------
+
+
+def test_a_refusal_of_an_old_incarnation_never_touches_a_new_pod_of_the_same_name():
+    """Deleted and created again under its name while its binding is in flight: the old binding's 409
+    (the UID precondition) must not clear the new pod's place. Keyed by name, it did: the model ended
+    with less on the node than the API had, and the freed share was given again (1200/1000)."""
+    found = model(node("a", gpus=1))
+    old = incarnation("p", "uid-old", milli=600)
+    found.pod_event("ADDED", old, now=NOW)
+    assume(found, "uid-old", "a", pods.Device(0, 600))
+    found.pod_event("DELETED", old, now=NOW)  # deleted while its binding is in flight
+    new = incarnation("p", "uid-new", milli=600)
+    found.pod_event("ADDED", new, now=NOW)
+    assume(found, "uid-new", "a", pods.Device(0, 600))
+    found.confirm("uid-old", new, now=NOW)  # the old binding was refused; the API has the new pod
+    assert used(found, "a") == [600] and set(found.assumed) == {"uid-new"}
+    found.pod_event("MODIFIED", bound(new, "a", (pods.Device(0, 600),)), now=NOW)
+    assert used(found, "a") == [600] and found.assumed == {}
+    other = incarnation("q", "uid-q", milli=600)
+    found.pod_event("ADDED", other, now=NOW)
+    with pytest.raises(cluster.OvercommitError):  # the 600 is still taken: no share lands on top of it
+        assume(found, "uid-q", "a", pods.Device(0, 600))
+
+
+def test_a_late_deletion_of_an_old_incarnation_leaves_the_new_one_accounted():
+    found = model(node("a", gpus=2))
+    old = incarnation("p", "uid-old", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    found.pod_event("ADDED", old, now=NOW)
+    new = incarnation("p", "uid-new", gpus=1, node_name="a", devices='[{"index":1,"milli":1000}]')
+    found.pod_event("ADDED", new, now=NOW)
+    found.pod_event("DELETED", old, now=NOW)
+    assert used(found, "a") == [0, 1000]
+    assert [a.pod.uid for a in found.cluster.assignments.values()] == ["uid-new"]
+
+
+# --- nodes that go and come back ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["events", "relists"])
+def test_a_node_deleted_and_registered_again_gets_its_pods_back(how):
+    """Dropped with their node and never taken back, its pods' GPUs looked free when it returned:
+    16 whole GPUs were bound on 8, and GPU 0 given to two pods."""
+    a = node("a", gpus=2)
+    found = model(a, node("b", gpus=2))
+    held = [incarnation(f"p{i}", f"uid-{i}", gpus=1, node_name="a", devices=f'[{{"index":{i},"milli":1000}}]')
+            for i in range(2)]
+    found.pods_relisted(held, now=NOW)
+    if how == "events":
+        found.node_event("DELETED", a, now=NOW)
+    else:
+        found.nodes_relisted([node("b", gpus=2)], now=NOW)
+    assert "a" not in found.cluster.index and set(found.orphans) == {"uid-0", "uid-1"}
+    if how == "events":
+        change = found.node_event("ADDED", a, now=NOW)
+    else:
+        change = found.nodes_relisted([a, node("b", gpus=2)], now=NOW)
+    assert change.freed and found.orphans == {}
+    assert used(found, "a") == [1000, 1000]
+    assert {a.devices for a in found.cluster.assignments.values()} == {(pods.Device(0, 1000),),
+                                                                       (pods.Device(1, 1000),)}
+
+
+def test_an_assumed_pod_whose_node_goes_keeps_its_devices_for_when_it_returns():
+    a = node("a", gpus=2)
+    found = model(a)
+    found.pod_event("ADDED", incarnation("p", "uid-p", gpus=1), now=NOW)
+    assume(found, "uid-p", "a", pods.Device(1, 1000))
+    found.node_event("DELETED", a, now=NOW)
+    found.node_event("ADDED", a, now=NOW)
+    assert used(found, "a") == [0, 1000] and set(found.assumed) == {"uid-p"}
+
+
+def test_a_pod_bound_to_a_node_not_seen_yet_is_accounted_when_the_node_arrives():
+    found = model()
+    found.pod_event("ADDED", incarnation("early", "uid-e", gpus=2, node_name="late"), now=NOW)
+    assert found.cluster.assignments == {} and set(found.orphans) == {"uid-e"}
+    found.node_event("ADDED", node("late", gpus=2), now=NOW)
+    assert used(found, "late") == [1000, 1000] and found.orphans == {}
+
+
+def test_orphans_the_api_no_longer_has_are_forgotten():
+    found = model()
+    early = incarnation("early", "uid-e", gpus=2, node_name="late")
+    found.pod_event("ADDED", early, now=NOW)
+    found.pod_event("DELETED", early, now=NOW)
+    found.node_event("ADDED", node("late", gpus=2), now=NOW)
+    assert used(found, "late") == [0, 0]
+
+
+# --- our bindings ---------------------------------------------------------------------------------
+
+
+def test_an_assumed_pod_is_accounted_at_once_and_a_stale_unbound_event_changes_nothing():
+    found = model(node("a", gpus=1))
+    obj = incarnation("p", "uid-p", gpus=1)
+    assert found.pod_event("ADDED", obj, now=NOW).queued == {"uid-p": 0}
+    assume(found, "uid-p", "a", pods.Device(0, 1000))
+    assert found.pending == {} and used(found, "a") == [1000]
+    change = found.pod_event("MODIFIED", obj, now=NOW)  # from before the binding
+    assert change == watched.Change() and found.pending == {} and used(found, "a") == [1000]
+    change = found.pod_event("MODIFIED", bound(obj, "a", (pods.Device(0, 1000),)), now=NOW)
+    assert found.assumed == {} and used(found, "a") == [1000]
+
+
+@pytest.mark.parametrize(("api_says", "pending", "on"), [
+    ("bound-elsewhere", False, {"b": [1000], "a": [0]}),
+    ("still-pending", True, {"a": [0], "b": [0]}),
+    ("not-found", False, {"a": [0], "b": [0]}),
+    ("another-uid", False, {"a": [0], "b": [0]}),
+])
+def test_after_a_failed_binding_the_model_follows_what_the_api_says(api_says, pending, on):
+    found = model(node("a", gpus=1), node("b", gpus=1))
+    obj = incarnation("p", "uid-p", gpus=1)
+    found.pod_event("ADDED", obj, now=NOW)
+    assume(found, "uid-p", "a", pods.Device(0, 1000))
+    found.forget("uid-p")
+    seen = {"bound-elsewhere": bound(obj, "b"), "still-pending": obj, "not-found": None,
+            "another-uid": incarnation("p", "uid-other", gpus=1)}[api_says]
+    change = found.confirm("uid-p", seen, now=NOW)
+    assert ("uid-p" in found.pending) is pending and ("uid-p" in change.queued) is pending
+    assert {name: used(found, name) for name in ("a", "b")} == on
+    assert found.assumed == {}
+
+
+def test_forget_leaves_a_pod_the_watch_has_shown_bound():
+    """The watch can confirm a binding before its reply arrives; a late failure must not undo the API's word."""
+    found = model(node("a", gpus=1))
+    obj = incarnation("p", "uid-p", gpus=1)
+    found.pod_event("ADDED", obj, now=NOW)
+    assume(found, "uid-p", "a", pods.Device(0, 1000))
+    found.pod_event("MODIFIED", bound(obj, "a", (pods.Device(0, 1000),)), now=NOW)
+    assert found.forget("uid-p") == watched.Change() and used(found, "a") == [1000]
+
+
+# --- relists --------------------------------------------------------------------------------------
+
+
+def test_a_relist_forgets_by_uid_every_pod_it_does_not_hold():
+    found = model(node("a", gpus=2))
+    gone = incarnation("gone", "uid-gone", gpus=1, node_name="a")
+    waiting = incarnation("waiting", "uid-w", gpus=1)
+    orphan = incarnation("orphan", "uid-o", gpus=1, node_name="nowhere")
+    kept = incarnation("kept", "uid-k", gpus=1, node_name="a")
+    found.pods_relisted([gone, waiting, orphan, kept], now=NOW)
+    change = found.pods_relisted([kept], now=NOW)
+    assert change.settled == {"uid-w"} and change.freed
+    assert set(found.cluster.assignments) == {"uid-k"} and found.pending == {} and found.orphans == {}
+
+
+def test_a_relist_keeps_an_assumption_whose_binding_is_in_flight_or_just_done():
+    found = model(node("a", gpus=2))
+    in_flight, done = incarnation("flying", "uid-f", gpus=1), incarnation("done", "uid-d", gpus=1)
+    found.pods_relisted([in_flight, done], now=NOW)
+    assume(found, "uid-f", "a", pods.Device(0, 1000))
+    assume(found, "uid-d", "a", pods.Device(1, 1000))
+    found.finish_binding("uid-d", now=NOW)
+    found.pods_relisted([in_flight, done], now=NOW)  # read before the bindings landed
+    found.pods_relisted([done], now=NOW)  # nor is a pod whose binding is in flight dropped for its absence
+    assert set(found.assumed) == {"uid-f", "uid-d"} and used(found, "a") == [1000, 1000]
+
+
+def test_a_relist_long_after_the_binding_that_still_shows_the_pod_unbound_is_believed():
+    found = model(node("a", gpus=1))
+    obj = incarnation("p", "uid-p", gpus=1)
+    found.pods_relisted([obj], now=NOW)
+    assume(found, "uid-p", "a", pods.Device(0, 1000))
+    found.finish_binding("uid-p", now=NOW)
+    change = found.pods_relisted([obj], now=LATER)
+    assert change.queued == {"uid-p": 0} and found.assumed == {} and used(found, "a") == [0]
+
+
+def test_a_relist_forgets_an_assumed_pod_that_is_gone_once_its_binding_went_through():
+    found = model(node("a", gpus=1))
+    found.pods_relisted([incarnation("p", "uid-p", gpus=1)], now=NOW)
+    assume(found, "uid-p", "a", pods.Device(0, 1000))
+    found.finish_binding("uid-p", now=NOW)
+    found.pods_relisted([], now=NOW)
+    assert found.assumed == {} and used(found, "a") == [0]
+
+
+# --- what is kept, and what is refused -------------------------------------------------------------
+
+
+def test_pending_pods_and_warm_up_candidates_keep_a_few_fields_not_the_pod():
+    huge = "x" * 250 * 1024
+    found = model(node("a"), warm_up=True)
+    waiting = incarnation("waiting", "uid-w", gpus=1, annotations={"tenant/notes": huge})
+    running = incarnation("running", "uid-r", gpus=1, node_name="a",
+                          annotations={"tenant/notes": huge, COST: "-50", INITIAL: "-50"})
+    found.pods_relisted([waiting, running], now=NOW)
+    assert found.pending["uid-w"].key == "ns/waiting" and found.warm["uid-r"].initial_cost == "-50"
+    for kept in (found.pending, found.warm, found.cluster.assignments):
+        assert len(pickle.dumps(kept)) < 4096
+
+
+def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeypatch, caplog):
+    parse = pods.parse
+
+    def choking(obj: Any, **kwargs: Any) -> pods.PodFacts:
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("invalid literal for int() with base 10: 'high'")
+        return parse(obj, **kwargs)
+
+    monkeypatch.setattr(pods, "parse", choking)
+    found = model(node("a", gpus=2))
+    found.pods_relisted([incarnation("bad", "uid-b", gpus=1, node_name="a"),
+                         incarnation("good", "uid-g", gpus=1, node_name="a")], now=NOW)
+    found.pod_event("MODIFIED", incarnation("bad", "uid-b", gpus=1), now=NOW)
+    found.node_event("ADDED", {"metadata": {"name": "broken"}, "status": {"allocatable": "x"}}, now=NOW)
+    assert found.rejected == {"Pod": 2, "Node": 1}
+    assert set(found.cluster.assignments) == {"uid-g"}
+    assert "Pod ns/bad not taken into the model: ValueError: invalid literal" in caplog.text
+    assert "Node broken not taken into the model: AttributeError" in caplog.text
+
+
+def test_the_model_reports_what_it_holds_per_node():
+    found = model(node("a", gpus=2), node("cpu-only", gpus=0))
+    found.pod_event("ADDED", incarnation("s", "uid-s", milli=250, node_name="a"), now=NOW)
+    assert found.allocated() == [("a", "NVIDIA-A100-SXM4-40GB", 0.25)]
