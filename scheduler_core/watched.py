@@ -73,13 +73,18 @@ class WatchedCluster:
     A pod's states, as in kube-scheduler's cache (pkg/scheduler/backend/cache/interface.go), with
     the pending pods (`run` only) and the orphans added:
 
-                  assume              watch: bound              watch: deleted, terminal,
-      Pending ------------> Assumed ---------------> Bound ---- or absent from a relist ----> Deleted
-      (Initial)  <--------     |                   ^    |
-                  forget       | its node deleted  |    | its node deleted
-                               v                   |    v
-                              Orphan -- the node registers again (or for the first time) --> accounted
-      watch: bound to a node the model has not seen ------^
+                    assume                 the watch shows it bound          deleted, terminal, or
+      Pending   ------------->  Assumed  --------------------------> Bound  ----------------------> Deleted
+      (Initial) <-------------     |                                  ^  |   absent from a relist
+                    forget         | its node is deleted              |  | its node is deleted
+                                   v                                  |  v
+                                 Orphan  ---- a node of that name registers (again) ----> accounted
+      the watch shows it bound to a node the model has not seen ----> Orphan
+
+    The verbs: `node_event` / `nodes_relisted` and `pod_event` / `pods_relisted` take in what the
+    watches show; `assume` accounts our decision; `finish_binding` notes that our Binding went
+    through; `forget` undoes an assumption whose Binding failed, and `confirm` then takes in what
+    the API says of the pod. Pod verbs return a `Change` for the caller's queue.
 
     - Pending: unbound, `schedulerName` ours, not being deleted. Kept (as a PendingPod) only when
       the model is built with a `scheduler_name`: `run` queues them; the extender is handed each pod.
@@ -169,18 +174,21 @@ class WatchedCluster:
 
     def pods_relisted(self, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
         """The pods as a list shows them: what it does not hold is gone, whatever we knew of it."""
-        items = list(items)
-        listed = {_uid(obj) for obj in items}
+        listed: set[str] = set()
         change = Change(freed=True)
+        for obj in items:
+            change.add(self._guarded("Pod", obj, functools.partial(self._relisted, obj, now, listed)))
         known = set(self.cluster.assignments) | set(self.orphans) | set(self.pending) | set(self.warm)
         for uid in known - listed:
             assumption = self.assumed.get(uid)
             if assumption is not None and assumption.bound_at is None:
                 continue  # our binding is in flight: its outcome decides
             change.add(self._delete(uid))
-        for obj in items:
-            change.add(self._guarded("Pod", obj, functools.partial(self._pod, "MODIFIED", obj, now, relisted=True)))
         return change
+
+    def _relisted(self, obj: Mapping[str, Any], now: datetime.datetime, listed: set[str]) -> Change:
+        listed.add(_uid(obj))  # first: a pod the API lists is not forgotten because its new version fails to parse
+        return self._pod("MODIFIED", obj, now, relisted=True)
 
     def _pod(self, kind: str, obj: Mapping[str, Any], now: datetime.datetime, *, relisted: bool = False) -> Change:
         uid = _uid(obj)

@@ -252,15 +252,20 @@ def test_pending_pods_and_warm_up_candidates_keep_a_few_fields_not_the_pod():
         assert len(pickle.dumps(kept)) < 4096
 
 
-def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeypatch, caplog):
+def choke_on(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """pods.parse raises for the pod called `name`, as a parser may on an object it did not foresee."""
     parse = pods.parse
 
     def choking(obj: Any, **kwargs: Any) -> pods.PodFacts:
-        if obj["metadata"]["name"] == "bad":
+        if obj["metadata"]["name"] == name:
             raise ValueError("invalid literal for int() with base 10: 'high'")
         return parse(obj, **kwargs)
 
     monkeypatch.setattr(pods, "parse", choking)
+
+
+def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeypatch, caplog):
+    choke_on(monkeypatch, "bad")
     found = model(node("a", gpus=2))
     found.pods_relisted([incarnation("bad", "uid-b", gpus=1, node_name="a"),
                          incarnation("good", "uid-g", gpus=1, node_name="a")], now=NOW)
@@ -270,6 +275,16 @@ def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeyp
     assert set(found.cluster.assignments) == {"uid-g"}
     assert "Pod ns/bad not taken into the model: ValueError: invalid literal" in caplog.text
     assert "Node broken not taken into the model: AttributeError" in caplog.text
+
+
+def test_a_relist_with_unreadable_items_takes_the_rest_and_forgets_no_pod_it_lists(monkeypatch):
+    found = model(node("a", gpus=2))
+    first = incarnation("first", "uid-1", gpus=1, node_name="a")
+    second = incarnation("second", "uid-2", gpus=1, node_name="a")
+    found.pods_relisted([first, second], now=NOW)
+    choke_on(monkeypatch, "first")
+    found.pods_relisted(["not an object", {"metadata": ["nor this"]}, first, second], now=NOW)
+    assert found.rejected == {"Pod": 3} and used(found, "a") == [1000, 1000]
 
 
 def test_the_model_reports_what_it_holds_per_node():
