@@ -331,15 +331,16 @@ class Extender:
         try:
             facts = self.model.facts_of(self._pod_for(args))
             with self.lock:
-                devices = self._assume(facts, args.node)
+                devices, assumed = self._assume(facts, args.node)
         except BindError as err:
             log.info("not binding %s to %s: %s", args.key, args.node, err)
             return {"Error": str(err)}
         try:
             self._write(args, devices)
         except BaseException as err:
-            with self.lock:
-                self.model.forget(args.uid)  # by UID: a new pod of the same name keeps its place
+            if assumed:  # this call's assumption (a retried bind leaves the first one's alone)
+                with self.lock:
+                    self.model.forget(args.uid)  # by UID: a new pod of the same name keeps its place
             if not isinstance(err, BindError):
                 raise
             log.warning("binding %s to %s failed: %s", args.key, args.node, err)
@@ -368,15 +369,16 @@ class Extender:
         except (ApiException, HTTPError, OSError, ValueError) as err:
             raise BindError(f"cannot read pod {args.key}: {watching.describe_error(err)}") from err
 
-    def _assume(self, facts: pods.PodFacts, node: str) -> tuple[pods.Device, ...]:
-        """Under the lock: the devices for `facts` on `node`, accounted in the model; never overcommits."""
+    def _assume(self, facts: pods.PodFacts, node: str) -> tuple[tuple[pods.Device, ...], bool]:
+        """Under the lock: the devices for `facts` on `node`, accounted in the model (and whether this call
+        assumed them, or a bind before it); never overcommits."""
         row = self.model.cluster.index.get(node)
         if row is None:
             raise BindError(f"node {node}: {NOT_CACHED}")
         current = self.model.cluster.assignments.get(facts.identity)
         if current is not None:
             if current.node == row:
-                return current.devices  # bound or being bound there already: the same devices again
+                return current.devices, False  # bound or being bound there already: the same devices again
             raise BindError(f"pod {facts.key} is already assigned to node {self.model.cluster.node(current.node).name}")
         feasible, failed, _ = self.framework.evaluate(facts, [node], score=False)
         if not feasible:
@@ -386,7 +388,7 @@ class Extender:
             self.model.assume(facts, node, devices, now=_now())
         except cluster.OvercommitError as err:
             raise BindError(str(err)) from err
-        return devices
+        return devices, True
 
     def _write(self, args: BindingArgs, devices: tuple[pods.Device, ...]) -> None:
         """POST the Binding with the devices annotation, which the apiserver writes onto the pod in the same

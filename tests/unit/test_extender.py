@@ -295,6 +295,16 @@ def test_a_failed_binding_frees_the_devices_and_says_why():
     assert devices_of(core, first) == [{"index": i, "milli": 1000} for i in range(4)]
 
 
+def test_a_retried_bind_that_fails_leaves_the_first_binds_devices_accounted():
+    ext, core, client = make(node("n", gpus=1))
+    first = gpu_pod("p", gpus=1)
+    assert bind(client, core, first, "n") == ""  # bound; the watch has not shown it yet
+    core.binding_error = Reply({"kind": "Status", "message": "etcdserver: request timed out"}, 500,
+                               "Internal Server Error")
+    assert post(client, "bind", binding(first, "n"))["Error"].endswith("HTTP 500 etcdserver: request timed out")
+    assert set(ext.model.assumed) == {"uid-p"} and ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 1000
+
+
 @pytest.mark.parametrize(("args", "error"), [
     ({"PodUID": "uid-old"}, "pod ns/p with UID uid-old no longer exists (found ns/p with UID uid-p)"),
     ({"PodName": "missing"}, "cannot read pod ns/missing: HTTP 404 Not Found"),
