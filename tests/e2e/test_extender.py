@@ -253,7 +253,8 @@ def test_the_served_extender_refuses_malformed_calls_and_counts_every_call(exten
     for series in ('gpu_scheduler_extender_requests_total{outcome="invalid",verb="filter"} 1.0',
                    'gpu_scheduler_extender_requests_total{outcome="invalid",verb="bind"} 1.0',
                    'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}',
-                   'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}'):
+                   'gpu_scheduler_extender_request_duration_seconds_count{verb="filter"}',
+                   f'gpu_scheduler_allocated_gpus{{model="NVIDIA-L4",node="{L4_NODES[0]}"}}'):  # the model's view
         assert series in text, series
 
 
