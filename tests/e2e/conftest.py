@@ -30,12 +30,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def plane() -> Iterator[cp.ControlPlane]:
+def require_binaries() -> None:
+    """Skip without the control-plane binaries; under CI=true fail instead."""
     if cp.find_binaries() is None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and the e2e tests cannot run: {MISSING}")
         pytest.skip(MISSING)
+
+
+@pytest.fixture(scope="session")
+def plane() -> Iterator[cp.ControlPlane]:
+    require_binaries()
     with cp.ControlPlane() as control_plane:
         LOG_SOURCES.append(lambda: ("control plane", control_plane.logs_tail(40)))
         yield control_plane
