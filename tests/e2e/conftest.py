@@ -114,5 +114,5 @@ def scheduler_kubeconfig(plane: cp.ControlPlane, installed_webhook: Any) -> Any:
     tests run `gpu-scheduler run` with exactly the permissions an installation gives it."""
     from tests.e2e import installing
 
-    installing.kubectl(plane, "apply", "-f", str(installing.BASE / "scheduler" / "rbac.yaml"))
+    installing.apply_rbac(plane, "gpu-scheduler")
     return plane.kubeconfig_for_service_account(WEBHOOK_NAMESPACE, "gpu-scheduler")
