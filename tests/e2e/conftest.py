@@ -17,7 +17,8 @@ from tests.e2e import controlplane as cp
 
 MISSING = (
     "control-plane binaries not built: run hack/control-plane.sh build "
-    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl into ~/.cache/gpu-scheduler)"
+    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl and kubectl v1.32's kustomize "
+    "into ~/.cache/gpu-scheduler)"
 )
 
 # Callables returning (title, text) of logs worth attaching when a test fails.
@@ -118,5 +119,5 @@ def scheduler_kubeconfig(plane: cp.ControlPlane, installed_webhook: Any) -> Any:
     tests run `gpu-scheduler run` with exactly the permissions an installation gives it."""
     from tests.e2e import installing
 
-    installing.kubectl(plane, "apply", "-f", str(installing.BASE / "scheduler" / "rbac.yaml"))
+    installing.apply_rbac(plane, "gpu-scheduler")
     return plane.kubeconfig_for_service_account(WEBHOOK_NAMESPACE, "gpu-scheduler")

@@ -34,7 +34,8 @@ import yaml
 from certs import pki
 
 KUBERNETES_VERSION = "v1.36.3"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+KUSTOMIZE = "kustomize-v5.5.0"  # the kustomize that kubectl v1.32 embeds (hack/control-plane.sh says how we know)
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", KUSTOMIZE)
 GPU_RESOURCE = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
