@@ -1,11 +1,27 @@
 """List-then-watch of one kind of object, in the manner of client-go's reflector.
 
-The kubernetes client's `Watch` streams events from a resourceVersion; this adds what an
-informer needs around it: an initial list whose items replace the cache, watching on
-from the list's resourceVersion, a relist on 410 Gone or a broken stream, and backoff
-while the API cannot be reached, so the cache heals itself without a restart.
-Objects are handed over as the API's JSON (dicts): the pure core reads that shape, and
-skipping the client's model classes keeps a busy pod watch cheap.
+An informer needs more than a watch: an initial list whose items replace the cache, a watch
+from the list's resourceVersion, and a way back to a correct cache after anything goes wrong,
+without a restart. The watch stream is read here line by line rather than through the
+client's `Watch`, whose ERROR handling breaks on the raw dicts this module asks for
+(`KeyError: 'raw_object'` with `deserialize=False`). Objects are handed over as the API's
+JSON (dicts): the pure core reads that shape, and skipping the client's model classes keeps a
+busy pod watch cheap.
+
+What each failure leads to (nothing ends the thread but `stop()`):
+
+    the watch ends normally (timeoutSeconds ran out)     -> watch again from the last resourceVersion
+    ERROR event 410 Expired/Gone, HTTP 410 on the watch  -> list again at once
+    any other ERROR event (a Status)                     -> list again after backoff
+    an API or transport error from the list or the watch,
+      a line that is not a JSON watch event              -> list again after backoff
+    on_replace raises                                    -> logged; list again after backoff
+    on_event raises                                      -> logged with the object's kind/namespace/name;
+                                                            the event is skipped, the watch goes on
+    anything else                                        -> logged with traceback; list again after backoff
+
+Backoff doubles from 0.2 s up to `max_backoff` and starts over after a list that the consumer
+accepted. `down_for()` says how long the watch has not been established, for health checks.
 """
 
 from __future__ import annotations
@@ -13,22 +29,41 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter
 from urllib3.exceptions import HTTPError
 
 log = logging.getLogger(__name__)
 
 GONE = 410
+INITIAL_BACKOFF = 0.2
+
+FAILURES = Counter(
+    "gpu_scheduler_watch_failures_total",
+    "List/watch failures by watch and reason: expired (410, listed again at once), error (listed again "
+    "after backoff), callback (on_event raised; the event was skipped).",
+    ["watch", "reason"],
+)
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is gone from the API's history (410): only a new list can go on."""
+
+
+class WatchError(Exception):
+    """The watch stream reported an error, or sent something that is not a watch event."""
 
 
 class Reflector:
     """Keeps a consumer in step with the API: `on_replace(items)` after each list, `on_event(type, obj)` after.
 
-    Callbacks run on the reflector's own thread and receive plain dicts.
+    Callbacks run on the reflector's own thread and receive plain dicts. The cache is in step
+    once `synced` is set and while `down_for()` is None; a health endpoint answers with
+    `all(r.healthy(max_down) for r in reflectors)`, so a watch that cannot come back shows.
     """
 
     def __init__(
@@ -38,7 +73,6 @@ class Reflector:
         name: str,
         on_replace: Callable[[list[Any]], None],
         on_event: Callable[[str, Any], None],
-        on_failure: Callable[[Exception], None] | None = None,
         list_kwargs: dict[str, Any] | None = None,
         watch_seconds: int = 240,
         request_timeout: float = 10.0,
@@ -49,39 +83,74 @@ class Reflector:
         self._list_kwargs = list_kwargs or {}
         self._on_replace = on_replace
         self._on_event = on_event
-        self._on_failure = on_failure
         self._watch_seconds = watch_seconds
         self._request_timeout = request_timeout
         self._max_backoff = max_backoff
         self._stopped = threading.Event()
-        self._watch: watch.Watch | None = None
+        self._response: Any = None  # the open watch response, shut down by stop()
+        self._down_since: float | None = time.monotonic()
         self.synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
 
     def start(self) -> Reflector:
+        self._down_since = time.monotonic()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._watch is not None:
-            self._watch.stop()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks the thread's read; closing could wait for it instead
+            except (ValueError, RuntimeError, OSError):
+                pass  # the thread closed it meanwhile
+
+    # --- health ------------------------------------------------------------------------------
+
+    def down_for(self) -> float | None:
+        """Seconds since the watch stopped being established (or since `start()` before the first
+        one was), None while it is established. A short gap while the watch reconnects after its
+        normal timeout does not count: only a failure starts the clock."""
+        down_since = self._down_since
+        return None if down_since is None else time.monotonic() - down_since
+
+    def healthy(self, max_down: float = 60.0) -> bool:
+        """False once the watch has been down longer than `max_down` seconds: the consumer's cache
+        may be stale by then, and a health check should say so rather than serve a frozen model.
+        A connection that dies without a FIN or RST is noticed only at the read timeout, up to
+        `watch_seconds` + 30 s later."""
+        down = self.down_for()
+        return down is None or down <= max_down
+
+    def _went_down(self) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+
+    # --- the thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.2
+        backoff = INITIAL_BACKOFF
         while not self._stopped.is_set():
             try:
                 resource_version = self._list()
-                backoff = 0.2
-                self._watch_from(resource_version)
-            except ApiException as err:
-                if err.status == GONE:
-                    log.info("%s: watch expired (410 Gone), listing again", self.name)
+                backoff = INITIAL_BACKOFF
+                self._watch_from(resource_version)  # returns only once stopped
+            except Exception as err:  # the unforeseen too: a dead thread would leave the cache frozen
+                self._went_down()
+                if self._stopped.is_set():
+                    return
+                if isinstance(err, Expired):
+                    FAILURES.labels(self.name, "expired").inc()
+                    log.info("%s: watch expired (%s); listing again", self.name, err)
                     continue
-                self._failed(err, backoff)
-                backoff = min(backoff * 2, self._max_backoff)
-            except (HTTPError, OSError, ValueError) as err:
-                self._failed(err, backoff)
+                FAILURES.labels(self.name, "error").inc()
+                if isinstance(err, (ApiException, HTTPError, OSError, ValueError, WatchError)):
+                    log.warning("%s: cannot list or watch (%s); listing again in %.1fs",
+                                self.name, describe_error(err), backoff)
+                else:
+                    log.exception("%s: unexpected failure; listing again in %.1fs", self.name, backoff)
+                self._stopped.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _list(self) -> str:
@@ -91,32 +160,83 @@ class Reflector:
             listing = json.loads(response.data)
         finally:
             response.release_conn()
+        resource_version = str(listing["metadata"]["resourceVersion"])
         self._on_replace(list(listing.get("items") or []))
         self.synced.set()
-        return str(listing["metadata"]["resourceVersion"])
+        return resource_version
 
     def _watch_from(self, resource_version: str) -> None:
+        """Watch until stopped; each normal end of a watch request is followed by the next one."""
         while not self._stopped.is_set():
-            self._watch = watch.Watch()
-            for event in self._watch.stream(
-                self._list_call,
+            for kind, obj in self._events(resource_version):
+                resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                if kind != "BOOKMARK":
+                    self._deliver(kind, obj)
+
+    def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """One watch request: its events, until the server ends it; an ERROR event raises."""
+        try:
+            response = self._list_call(
+                **self._list_kwargs,
+                watch=True,
                 resource_version=resource_version,
                 timeout_seconds=self._watch_seconds,
                 allow_watch_bookmarks=True,
-                deserialize=False,
                 _request_timeout=(self._request_timeout, self._watch_seconds + 30),
-                **self._list_kwargs,
-            ):
-                kind, obj = event["type"], event["object"]
-                resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
-                if kind != "BOOKMARK":
-                    self._on_event(kind, obj)
+                _preload_content=False,
+            )
+        except ApiException as err:
+            if err.status == GONE:
+                raise Expired(describe_error(err)) from err
+            raise
+        self._response = response
+        self._down_since = None
+        try:
+            for line in response:
+                if line.strip():
+                    yield parse_event(line)
+        finally:
+            self._response = None
+            response.close()  # a connection left mid-stream must not go back to the pool for reuse
+            response.release_conn()
 
-    def _failed(self, err: Exception, backoff: float) -> None:
-        log.warning("%s: cannot list or watch (%s); retrying in %.1fs", self.name, describe_error(err), backoff)
-        if self._on_failure is not None:
-            self._on_failure(err)
-        self._stopped.wait(backoff)
+    def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
+        """A failing callback loses this one event, not the watch (client-go logs and goes on too)."""
+        try:
+            self._on_event(kind, obj)
+        except Exception:
+            FAILURES.labels(self.name, "callback").inc()
+            log.exception("%s: on_event failed for %s %s; event skipped", self.name, kind, describe_object(obj))
+
+
+def parse_event(line: bytes | str) -> tuple[str, dict[str, Any]]:
+    """(type, object) of one watch line; raises Expired or WatchError for an ERROR event, WatchError
+    for anything that is not an event."""
+    try:
+        event = json.loads(line)
+    except ValueError as err:
+        raise WatchError(f"not a JSON watch event: {line[:200]!r}") from err
+    kind = event.get("type") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise WatchError(f"not a watch event: {line[:200]!r}")
+    if kind == "ERROR":
+        status = f"ERROR event {obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
+        if obj.get("code") == GONE or obj.get("reason") in ("Expired", "Gone"):
+            raise Expired(status)
+        raise WatchError(status)
+    return kind, obj
+
+
+def describe_object(obj: Any) -> str:
+    """`Kind namespace/name` of an API object, as far as it has them."""
+    if not isinstance(obj, dict):
+        return f"a {type(obj).__name__}"
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
+    name = "/".join(str(part) for part in (metadata.get("namespace"), metadata.get("name")) if part)
+    return f"{obj.get('kind') or 'object'} {name or '(unnamed)'}"
 
 
 def describe_error(err: Exception) -> str:

@@ -17,7 +17,8 @@ from tests.e2e import controlplane as cp
 
 MISSING = (
     "control-plane binaries not built: run hack/control-plane.sh build "
-    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl into ~/.cache/gpu-scheduler)"
+    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl and kubectl v1.32's kustomize "
+    "into ~/.cache/gpu-scheduler)"
 )
 
 # Callables returning (title, text) of logs worth attaching when a test fails.
@@ -30,12 +31,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def plane() -> Iterator[cp.ControlPlane]:
+def require_binaries() -> None:
+    """Skip without the control-plane binaries; under CI=true fail instead."""
     if cp.find_binaries() is None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and the e2e tests cannot run: {MISSING}")
         pytest.skip(MISSING)
+
+
+@pytest.fixture(scope="session")
+def plane() -> Iterator[cp.ControlPlane]:
+    require_binaries()
     with cp.ControlPlane() as control_plane:
         LOG_SOURCES.append(lambda: ("control plane", control_plane.logs_tail(40)))
         yield control_plane
@@ -113,5 +119,5 @@ def scheduler_kubeconfig(plane: cp.ControlPlane, installed_webhook: Any) -> Any:
     tests run `gpu-scheduler run` with exactly the permissions an installation gives it."""
     from tests.e2e import installing
 
-    installing.kubectl(plane, "apply", "-f", str(installing.BASE / "scheduler" / "rbac.yaml"))
+    installing.apply_rbac(plane, "gpu-scheduler")
     return plane.kubeconfig_for_service_account(WEBHOOK_NAMESPACE, "gpu-scheduler")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import base64
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -33,7 +34,8 @@ import yaml
 from certs import pki
 
 KUBERNETES_VERSION = "v1.36.3"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+KUSTOMIZE = "kustomize-v5.5.0"  # the kustomize that kubectl v1.32 embeds (hack/control-plane.sh says how we know)
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", KUSTOMIZE)
 GPU_RESOURCE = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
@@ -173,7 +175,15 @@ class Scheduler:
 class ControlPlane:
     """etcd + kube-apiserver on 127.0.0.1, admin kubeconfig on disk; a context manager."""
 
-    def __init__(self, bin_dir: Path | None = None, *, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        bin_dir: Path | None = None,
+        *,
+        start_timeout: float = 120.0,
+        extra_apiserver_args: Sequence[str] = (),
+    ) -> None:
+        """`extra_apiserver_args` go after the defaults (a later flag wins), e.g.
+        `["--watch-cache=false"]` for watches served straight from etcd."""
         found = bin_dir or find_binaries()
         if found is None:
             raise FileNotFoundError(
@@ -189,6 +199,8 @@ class ControlPlane:
         self.server = ""
         self.etcd_url = ""
         self.kubeconfig = self.dir / "admin.kubeconfig"
+        self.extra_apiserver_args = list(extra_apiserver_args)
+        self._apiserver: Process | None = None
         self._components: list[Process] = []
         self._kubeconfigs = 0
 
@@ -205,7 +217,7 @@ class ControlPlane:
         atexit.register(self.stop)
         try:
             _start_with_retry("etcd", self._start_etcd)
-            _start_with_retry("kube-apiserver", self._start_apiserver)
+            self._apiserver = _start_with_retry("kube-apiserver", self._start_apiserver)
         except BaseException:
             self.stop()
             raise
@@ -221,6 +233,27 @@ class ControlPlane:
         if os.environ.get("GPU_SCHEDULER_KEEP_CONTROL_PLANE") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
         atexit.unregister(self.stop)
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver, as a crash would end it: its open watches break mid-stream."""
+        if self._apiserver is not None:
+            self._apiserver.popen.kill()
+            self._apiserver.popen.wait(10)
+            self._discard(self._apiserver)
+            self._apiserver = None
+
+    def restart_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port with the same certificates and keys, so clients
+        made before (and their tokens) work again; returns once it is ready."""
+        port = int(self.server.rsplit(":", 1)[1])
+        self._apiserver = self._start_apiserver(port)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the apiserver's compactor does every
+        5 minutes; returns that revision. A watch from an older resourceVersion then gets 410."""
+        revision = int(_etcd_call(self.etcd_url, "/v3/kv/range", {"key": _b64(b"\0")})["header"]["revision"])
+        _etcd_call(self.etcd_url, "/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def _spawn(self, name: str, args: Sequence[str]) -> Process:
         process = Process(name, [str(self.bin_dir / name), *args], self.dir / f"{name}.log")
@@ -257,23 +290,27 @@ class ControlPlane:
         self.etcd_url = client_url
         return process
 
-    def _start_apiserver(self) -> Process:
-        port = free_port()
+    def _start_apiserver(self, port: int | None = None) -> Process:
+        """Start kube-apiserver on `port` (a free one by default); certificates and keys are made
+        on the first start and kept for restarts."""
+        restart = port is not None
+        port = port or free_port()
         pki_dir = self.dir / "pki"
         pki_dir.mkdir(exist_ok=True)
-        serving = pki.issue(
-            self.ca,
-            "kube-apiserver",
-            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
-            ip_addresses=["127.0.0.1", "10.0.0.1"],
-            usage="server",
-        )
-        _write_pair(serving, pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
         # --service-account-key-file must hold a public key: a PKCS#8 private key is rejected there.
         sa_key, sa_pub = pki_dir / "sa.key", pki_dir / "sa.pub"
-        signing_key = pki.new_signing_key()
-        _write_private(sa_key, signing_key)
-        sa_pub.write_bytes(_public_key_pem(signing_key))
+        if not restart:
+            serving = pki.issue(
+                self.ca,
+                "kube-apiserver",
+                dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+                ip_addresses=["127.0.0.1", "10.0.0.1"],
+                usage="server",
+            )
+            _write_pair(serving, pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
+            signing_key = pki.new_signing_key()
+            _write_private(sa_key, signing_key)
+            sa_pub.write_bytes(_public_key_pem(signing_key))
         process = self._spawn(
             "kube-apiserver",
             [
@@ -295,10 +332,12 @@ class ControlPlane:
                 # Not envtest's: without it the apiserver logs an error every 10 s because
                 # 127.0.0.1 is not a valid Endpoints address (there is no kube-proxy anyway).
                 "--endpoint-reconciler-type=none",
+                *self.extra_apiserver_args,
             ],
         )
-        self.server = f"https://127.0.0.1:{port}"
-        self.kubeconfig = self.kubeconfig_for("admin", ["system:masters"], name="admin")
+        if not restart:
+            self.server = f"https://127.0.0.1:{port}"
+            self.kubeconfig = self.kubeconfig_for("admin", ["system:masters"], name="admin")
         context = self.ssl_context("admin", ["system:masters"])
         try:
             _wait_for(
@@ -439,6 +478,14 @@ class ControlPlane:
                 f"----- {process.log_path.name} (pid {process.pid}) -----\n{process.tail(n_lines)}"
             )
         return "\n".join(parts)
+
+
+def _etcd_call(etcd_url: str, path: str, body: Mapping[str, Any]) -> Any:
+    """One call to etcd's v3 JSON gateway (the gRPC API as POSTs of JSON, keys in base64)."""
+    request = urllib.request.Request(f"{etcd_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
 
 
 def _safe(name: str) -> str:

@@ -20,6 +20,7 @@ from tests.e2e import controlplane as cp
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "manifests"
 BASE = MANIFESTS / "base"
+COMPONENTS = MANIFESTS / "components"
 NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
 SERVICE_ACCOUNT = "gpu-scheduler-webhook"
@@ -47,7 +48,7 @@ def configmap(text: str) -> dict[str, Any]:
 
 def webhook_configuration(url: str, ca_bundle: str, *, failure_policy: str = "Ignore") -> dict[str, Any]:
     """The shipped MutatingWebhookConfiguration with a URL client config on loopback."""
-    shipped = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
+    shipped = yaml.safe_load((COMPONENTS / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
     derived = copy.deepcopy(shipped)
     hook = derived["webhooks"][0]
     hook["clientConfig"] = {"url": url, "caBundle": ca_bundle}
@@ -89,9 +90,26 @@ class Installation:
             pass
 
 
+def shipped_rbac(plane: cp.ControlPlane, account: str) -> list[dict[str, Any]]:
+    """One ServiceAccount's RBAC as `kubectl apply -k manifests/` installs it: the account, the bindings that
+    name it and the roles they bind. Rendered, not read from one file: components/certs-ensure adds rules
+    to the webhook's roles."""
+    documents = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(MANIFESTS))) if d]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    bindings = [d for d in documents if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                and subject in d.get("subjects", [])]
+    roles = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings}
+    return [d for d in documents if d in bindings or (d["kind"], d["metadata"]["name"]) in roles
+            or (d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account)]
+
+
+def apply_rbac(plane: cp.ControlPlane, account: str) -> None:
+    kubectl(plane, "apply", "-f", "-", stdin=yaml.safe_dump_all(shipped_rbac(plane, account)))
+
+
 def install_webhook(plane: cp.ControlPlane, api: Any, work: Path, config_text: str) -> Installation:
     kubectl(plane, "apply", "-f", str(BASE / "namespace.yaml"))
-    kubectl(plane, "apply", "-f", str(BASE / "webhook" / "rbac.yaml"))
+    apply_rbac(plane, SERVICE_ACCOUNT)
     kubectl(plane, "apply", "-f", "-", stdin=yaml.safe_dump(configmap(config_text)))
     # The webhook authenticates with a token of its service account (TokenRequest), as in its Pod,
     # so the test proves the shipped RBAC is enough.

@@ -28,8 +28,8 @@ from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
 from tests.e2e.scheduling import SchedulerProcess, overcommit_problems
 
-SHIPPED = Path(__file__).parents[2] / "manifests" / "base" / "scheduler" / "kube-scheduler-extender-config.yaml"
-OVERLAY = Path(__file__).parents[2] / "manifests" / "overlays" / "extender"
+COMPONENT = Path(__file__).parents[2] / "manifests" / "components" / "extender"
+SHIPPED = COMPONENT / "kube-scheduler-extender-config.yaml"
 SUFFIX = uuid.uuid4().hex[:5]
 POOL = f"ext-{SUFFIX}"
 MANAGED = f"gpu-extender-{SUFFIX}"  # profile of the kube-scheduler that runs the shipped configuration
@@ -267,14 +267,14 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
     from tests.e2e.installing import NAMESPACE, kubectl
 
     for manifest in ("extender.yaml", "kube-scheduler.yaml"):
-        kubectl(plane, "apply", "-f", str(OVERLAY / manifest))
+        kubectl(plane, "apply", "-f", str(COMPONENT / manifest))
     pool = f"overlay-{SUFFIX}"
     nodes = [f"{pool}-a100", f"{pool}-l4"]
     cp.create_gpu_node(api, nodes[0], gpus=2, labels={"e2e-pool": pool})
     cp.create_gpu_node(api, nodes[1], gpus=1, model="NVIDIA-L4", memory_mib=24576, labels={"e2e-pool": pool})
     server = start_extender(plane.kubeconfig_for_service_account(NAMESPACE, "gpu-scheduler-extender"), None,
                             tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config")
-    shipped = yaml.safe_load((OVERLAY / "kube-scheduler-config.yaml").read_text())
+    shipped = yaml.safe_load((COMPONENT / "kube-scheduler-config.yaml").read_text())
     profile = f"gpu-overlay-{SUFFIX}"  # the shipped `gpu-scheduler` would also take other tests' pods
     assert [p["schedulerName"] for p in shipped["profiles"]] == ["gpu-scheduler"]
     shipped["profiles"] = [{"schedulerName": profile}]

@@ -1,5 +1,6 @@
-"""The kustomize base and each overlay build with the real kubectl, pass strict validation, and the real
-apiserver accepts every object (cert-manager's kinds through its own CRDs).
+"""Every kustomization under manifests/ builds the same with the real kubectl and with the kustomize of
+kubectl v1.32; the default install and each overlay pass strict validation, and the real apiserver accepts
+every object (cert-manager's kinds through its own CRDs).
 
 Each is applied through a wrapper that renames everything (namespace, name prefix), so the installation
 the other e2e tests use is left alone; admission webhooks are removed again at the end.
@@ -8,6 +9,7 @@ the other e2e tests use is left alone; admission webhooks are removed again at t
 from __future__ import annotations
 
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -20,6 +22,39 @@ from tests.e2e.installing import MANIFESTS, kubectl
 
 K8S_VERSION = "1.36.0"
 CUSTOM_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
+
+
+def entry_points() -> list[Path]:
+    """Every kustomization a user applies: kind Kustomization (components are built through them)."""
+    return sorted(path.parent for path in MANIFESTS.rglob("kustomization.yaml")
+                  if yaml.safe_load(path.read_text())["kind"] == "Kustomization")
+
+
+def objects(rendered: str) -> dict[tuple[str, str, str, str], dict]:
+    """The rendered objects by apiVersion, kind, namespace and name: the order kustomize prints them in aside."""
+    return {(d["apiVersion"], d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+            for d in yaml.safe_load_all(rendered) if d}
+
+
+@pytest.fixture(scope="module")
+def bin_dir() -> Path:
+    """Only the binaries: building needs no running control plane."""
+    found = cp.find_binaries()
+    if found is None:
+        pytest.skip("control-plane binaries not built: run hack/control-plane.sh build")
+    return found
+
+
+@pytest.mark.parametrize("kustomization", entry_points(), ids=lambda path: str(path.relative_to(MANIFESTS)))
+def test_every_kustomization_renders_the_same_with_kubectl_and_with_kubectl_1_32s_kustomize(bin_dir, kustomization):
+    renders = {}
+    for name, command in (("kubectl v1.36", [str(bin_dir / "kubectl"), "kustomize", str(kustomization)]),
+                          ("kustomize of kubectl v1.32", [str(bin_dir / cp.KUSTOMIZE), "build", str(kustomization)])):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, f"{name} cannot build {kustomization}:\n{result.stderr[-3000:]}"
+        renders[name] = objects(result.stdout)
+    assert renders["kubectl v1.36"]
+    assert renders["kustomize of kubectl v1.32"] == renders["kubectl v1.36"]
 
 
 def cert_manager_crds() -> Path:
@@ -78,7 +113,7 @@ def by_kind(documents: list[dict]) -> dict[str, set[str]]:
     return kinds
 
 
-def test_the_base_builds_validates_and_applies_server_side(plane, tmp_path):
+def test_the_default_install_builds_validates_and_applies_server_side(plane, tmp_path):
     _, documents, wrapped = build(plane, tmp_path, ".")
     strictly_valid(documents)
     kinds = by_kind(documents)
@@ -89,7 +124,7 @@ def test_the_base_builds_validates_and_applies_server_side(plane, tmp_path):
     assert "-gpu-scheduler serverside-applied" in out
 
 
-def test_the_extender_overlay_replaces_the_standalone_scheduler(plane, tmp_path):
+def test_the_extender_overlay_installs_kube_scheduler_and_the_extender_instead_of_run(plane, tmp_path):
     _, documents, wrapped = build(plane, tmp_path, "overlays/extender")
     strictly_valid(documents)
     kinds = by_kind(documents)

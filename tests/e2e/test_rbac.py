@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.installing import BASE, kubectl
+from tests.e2e.installing import SERVICE_ACCOUNT, apply_rbac
 
 WEBHOOK = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler-webhook"
 SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
@@ -21,7 +21,7 @@ SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
 
 @pytest.fixture(scope="module")
 def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
-    kubectl(plane, "apply", "-f", str(BASE / "webhook" / "rbac.yaml"))
+    apply_rbac(plane, SERVICE_ACCOUNT)
     return plane
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parents[2] / "hack" / "control-plane.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kustomize-v5.5.0")
 
 FAKE_BINARY = """#!/usr/bin/env bash
 # Prints far more than a pipe holds, as `kubectl version --client` may: a reader that stops after
@@ -60,6 +61,10 @@ def fake_toolchain(tmp_path):
     crds = modules / "github.com" / "cert-manager" / "cert-manager" / "deploy" / "crds"
     crds.mkdir(parents=True)
     (crds / "cert-manager.io_certificates.yaml").write_text("kind: CustomResourceDefinition\n")
+    kustomize = modules / "sigs.k8s.io" / "kustomize" / "kustomize" / "v5"
+    kustomize.mkdir(parents=True)
+    (kustomize / "go.mod").write_text("module sigs.k8s.io/kustomize/kustomize/v5\n\ngo 1.22.7\n")
+    (kustomize / "main.go").write_text("package main\n")
     env = {
         **os.environ,
         "GO": str(_executable(tmp_path / "go", FAKE_GO)),
@@ -80,11 +85,12 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     result = _script(fake_toolchain, "build")
     assert result.returncode == 0, result.stderr
     assert "FAILED" not in result.stderr
-    for number, binary in enumerate(("etcd", "kube-apiserver", "kube-scheduler", "kubectl"), start=1):
-        assert f"build {number}/4: {binary} " in result.stderr
-    assert "... still: build 2/4: kube-apiserver (k8s.io/kubernetes/cmd/kube-apiserver@v1.36.3), 1s so far" in result.stderr
-    assert "built etcd kube-apiserver kube-scheduler kubectl in " in result.stderr
-    assert "kubectl:        kubectl version v1.36.3 (fake)" in result.stdout
+    for number, binary in enumerate(BINARIES, start=1):
+        assert f"build {number}/5: {binary} " in result.stderr
+    assert "... still: build 2/5: kube-apiserver (k8s.io/kubernetes/cmd/kube-apiserver@v1.36.3), 1s so far" in result.stderr
+    assert "build 5/5: kustomize-v5.5.0 (sigs.k8s.io/kustomize/kustomize/v5@v5.5.0)" in result.stderr
+    assert f"built {' '.join(BINARIES)} in " in result.stderr
+    assert "kustomize:      kustomize-v5.5.0 version v1.36.3 (fake)" in result.stdout
 
 
 def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
@@ -94,15 +100,28 @@ def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
         assert result.returncode == 0, result.stderr
         assert "FAILED" not in result.stderr
         lines = result.stdout.splitlines()
-        assert lines[-4:] == [f"{name + ':':<15} {name} version v1.36.3 (fake)"
-                              for name in ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")]
+        assert lines[-5:] == [f"{name + ':':<15} {binary} version v1.36.3 (fake)"
+                              for name, binary in zip(("etcd", "kube-apiserver", "kube-scheduler", "kubectl",
+                                                       "kustomize"), BINARIES)]
+
+
+def test_a_cache_stamped_before_kustomize_was_added_is_built_again(fake_toolchain):
+    """The stamp names the kustomize version, so the stamp of an older cache no longer counts as built."""
+    assert _script(fake_toolchain, "build").returncode == 0
+    cache = Path(fake_toolchain["GPU_SCHEDULER_CONTROL_PLANE_DIR"])
+    (cache / ".stamp").write_text("kubernetes=v1.36.3 staging=v0.36.3 etcd=v3.6.16\n")
+    result = _script(fake_toolchain, "build")
+    assert result.returncode == 0, result.stderr
+    assert "skipping the build" not in result.stderr
+    assert "build 5/5: kustomize-v5.5.0 " in result.stderr
+    assert "kustomize=v5.5.0" in (cache / ".stamp").read_text()
 
 
 def test_a_failing_build_names_the_step_and_the_command(fake_toolchain):
     broken = {**fake_toolchain, "FAKE_BINARY": "/nonexistent"}
     result = _script(broken, "build")
     assert result.returncode != 0
-    assert 'FAILED in step "build 1/4: etcd' in result.stderr
+    assert 'FAILED in step "build 1/5: etcd' in result.stderr
     assert "go build go.etcd.io/etcd/server/v3" in result.stderr
 
 

@@ -24,7 +24,7 @@ from scheduler_core import pods, profile
 from tests.unit.builders import node, pod
 from webhook import config
 
-SHIPPED = Path(__file__).parents[2] / "manifests" / "base" / "scheduler" / "kube-scheduler-extender-config.yaml"
+SHIPPED = Path(__file__).parents[2] / "manifests" / "components" / "extender" / "kube-scheduler-extender-config.yaml"
 INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
 DEVICES = "gpu-scheduler.io/gpu-devices"
 

@@ -10,6 +10,7 @@ from webhook import config
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
 BASE = MANIFESTS / "base"
+COMPONENTS = MANIFESTS / "components"
 K8S_VERSION = "1.36.0"
 # Component configuration, not API objects: a component reads them (--config), kubectl does not apply them.
 # They are loaded and checked by the tests of the component that uses them (tests/unit/test_extender.py).
@@ -18,7 +19,8 @@ CONFIG_KINDS = {"KubeSchedulerConfiguration"}
 # ones are checked by shape below, cert-manager's by the real apiserver with its CRDs (tests/e2e).
 CRD_GROUPS = ("monitoring.coreos.com/", "cert-manager.io/")
 # Given to the cluster's own kube-scheduler with --config, not through a kustomization.
-STANDALONE_CONFIG = "base/scheduler/kube-scheduler-extender-config.yaml"
+STANDALONE_CONFIG = "components/extender/kube-scheduler-extender-config.yaml"
+KUSTOMIZE_KINDS = {"Kustomization", "Component"}
 
 
 def kustomizations():
@@ -26,7 +28,8 @@ def kustomizations():
 
 
 def patch_files():
-    """Strategic-merge patches of the overlays: partial objects, checked once merged (tests/e2e)."""
+    """Patches of the components (a partial object, a list of JSON patch operations): checked once merged
+    (tests/e2e)."""
     return {(base / patch["path"]).resolve() for base, k in kustomizations() for patch in k.get("patches", [])
             if "path" in patch}
 
@@ -41,7 +44,7 @@ def documents():
         if path.resolve() in patches:
             continue
         for document in yaml.safe_load_all(path.read_text()):
-            if (document and document.get("kind") not in {"Kustomization", *CONFIG_KINDS}
+            if (document and document.get("kind") not in {*KUSTOMIZE_KINDS, *CONFIG_KINDS}
                     and not str(document.get("apiVersion", "")).startswith(CRD_GROUPS)):
                 yield pytest.param(document, id=f"{path.relative_to(MANIFESTS)}:{document['kind']}")
 
@@ -52,7 +55,7 @@ def test_manifest_is_valid_kubernetes(document):
 
 
 def test_kustomizations_list_every_manifest():
-    """The base, the overlays and manifests/monitoring together use every file (as a resource, a patch or a
+    """The base, the components and manifests/monitoring together use every file (as a resource, a patch or a
     generator's input); the one exception is the configuration for a cluster's own kube-scheduler."""
     listed = {STANDALONE_CONFIG}
     for base, kustomization in kustomizations():
@@ -65,9 +68,37 @@ def test_kustomizations_list_every_manifest():
     assert listed == files
 
 
+def test_every_component_is_installed_by_an_entry_point():
+    components = {base for base, k in kustomizations() if k["kind"] == "Component"}
+    assert components == {d for d in COMPONENTS.iterdir() if d.is_dir()}
+    installed = {(base / c).resolve() for base, k in kustomizations() if k["kind"] == "Kustomization"
+                 for c in k.get("components", [])}
+    assert components == installed
+
+
+def patches():
+    """Every patch of every kustomization, as (where, documents): a file's, or an inline one's."""
+    for base, kustomization in kustomizations():
+        for patch in kustomization.get("patches", []):
+            text = (base / patch["path"]).read_text() if "path" in patch else patch["patch"]
+            yield pytest.param([d for d in yaml.safe_load_all(text) if d],
+                               id=f"{base.relative_to(MANIFESTS)}:{patch.get('path') or patch['target']['name']}")
+
+
+@pytest.mark.parametrize("documents", list(patches()))
+def test_patches_only_add(documents):
+    """Components compose by adding: no `$patch: delete` (kubectl v1.32's kustomize panics on a deleted object,
+    tests/e2e/test_manifests_apply.py builds every entry point with it) and no JSON patch that removes or
+    replaces, so an entry point installs exactly the union of what its components list."""
+    for document in documents:
+        operations = document if isinstance(document, list) else []
+        assert all(op["op"] == "add" for op in operations), operations
+        assert "$patch" not in yaml.safe_dump(document)
+
+
 def test_service_monitors_select_services_that_expose_the_named_port():
     services = [d for p in MANIFESTS.rglob("*.yaml") for d in yaml.safe_load_all(p.read_text())
-                if d and d.get("kind") == "Service"]
+                if isinstance(d, dict) and d.get("kind") == "Service"]  # a JSON patch file holds a list
     monitors = list(yaml.safe_load_all((MANIFESTS / "monitoring" / "servicemonitors.yaml").read_text()))
     assert len(monitors) == 3
     for monitor in monitors:
@@ -104,7 +135,7 @@ def test_shipped_configmap_holds_a_valid_config():
 
 
 def test_webhook_configuration_selects_opted_in_namespaces_and_spares_opted_out_pods():
-    hook = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())["webhooks"][0]
+    hook = yaml.safe_load((COMPONENTS / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())["webhooks"][0]
     assert hook["namespaceSelector"] == {
         "matchLabels": {"gpu-scheduler.io/inject": "enabled"},
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
