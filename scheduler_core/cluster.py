@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler_core.nodes import GPU_MILLI, NodeFacts
-from scheduler_core.pods import Device, PodFacts
+from scheduler_core import fields
+from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
+from scheduler_core.pods import DEVICES_ANNOTATION, Device, PodFacts, format_devices
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
@@ -44,6 +45,7 @@ class Cluster:
         self.zones: dict[str, int] = {}
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
         self._free_slots: list[int] = []
+        self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True
         self._allocate(capacity=16, max_gpus=8)
 
@@ -102,8 +104,7 @@ class Cluster:
         """Add or update a node; pods already on it stay assigned."""
         for resource in facts.allocatable:
             if resource not in self.resources:
-                self.resources[resource] = len(self.resources)
-                self._grow()
+                self._add_resource(resource)
         if facts.gpu_count > self.gpu_free.shape[1]:
             self._grow(max_gpus=facts.gpu_count)
         row = self.index.get(facts.name)
@@ -142,6 +143,14 @@ class Cluster:
             self._rebuild_devices(row)
         self.row_version[row] += 1
         return row
+
+    def _add_resource(self, resource: str) -> None:
+        """A column for a resource no node had; pods already accounted that request it count
+        on it from now on, so taking them away later never leaves a negative use behind."""
+        column = self.resources[resource] = len(self.resources)
+        self._grow()
+        for assignment in self.assignments.values():
+            self._add_use(column, assignment.node, assignment.pod.requests.get(resource, 0))
 
     def remove_node(self, name: str) -> None:
         """Forget a node and the accounting of pods on it."""
@@ -191,7 +200,9 @@ class Cluster:
         keys = sorted(self.node_pods.get(row, ()))
         for key in keys:
             assignment = self.assignments[key]
-            devices = self._valid_devices(row, assignment.pod, assignment.devices) or self.first_fit(row, assignment.pod)
+            devices = assignment.devices
+            if self._conflict(row, assignment.pod, devices) is not None:
+                devices = self.first_fit(row, assignment.pod)
             self.assignments[key] = Assignment(assignment.pod, row, devices)
             self._take_devices(row, devices, sign=1)
 
@@ -200,21 +211,36 @@ class Cluster:
     def assign(self, pod: PodFacts, node: str, devices: tuple[Device, ...]) -> None:
         """Account a scheduling decision; raises OvercommitError rather than overcommit."""
         row = self.index[node]
-        for device in devices:
-            if device.index >= self.gpu_count[row] or self.gpu_free[row, device.index] < device.milli:
-                raise OvercommitError(f"{pod.key}: GPU {device.index} of {node} has not {device.milli}/1000 free")
+        conflict = self._conflict(row, pod, devices)
+        if conflict is not None:
+            raise OvercommitError(f"{pod.key}: devices {conflict}")
         self._account(pod, row, devices)
 
-    def restore(self, pod: PodFacts) -> None:
-        """Account a pod the API shows bound: its recorded devices if they fit, else the first that do.
+    def restore(self, pod: PodFacts) -> str | None:
+        """Account a pod the API shows bound, on its recorded devices or else the first that fit.
 
-        The API is the truth here, so a pod is accounted even when the node looks full.
+        The API is the truth here, so a pod is accounted even when the node looks full. Its
+        recorded devices (the gpu-devices annotation, which anyone who may patch the pod can
+        write) are believed only when they match its own request exactly (N whole GPUs, or
+        one GPU with its gpu-milli share) and are free on the node. When recorded devices are
+        not believed, returns why and what was used instead, for the caller to report on the
+        pod: `annotation gpu-scheduler.io/gpu-devices [...] disagrees with the pod's request
+        (2 whole GPUs); using GPUs 0,1`. Otherwise (believed, none recorded, or nothing
+        restored) returns None.
         """
         row = self.index.get(pod.node_name or "")
         if row is None or pod.identity in self.assignments:
-            return
-        devices = self._valid_devices(row, pod, pod.devices) or self.first_fit(row, pod)
+            return None
+        conflict = pod.devices_problem
+        if pod.devices is not None:
+            misfit = self._conflict(row, pod, pod.devices)
+            if misfit is None:
+                self._account(pod, row, pod.devices)
+                return None
+            conflict = f"annotation {DEVICES_ANNOTATION} {misfit}"
+        devices = self.first_fit(row, pod)
         self._account(pod, row, devices)
+        return f"{conflict}; using {_gpus(devices)}" if conflict else None
 
     def unassign(self, key: str) -> Assignment | None:
         assignment = self.assignments.pop(key, None)
@@ -246,7 +272,17 @@ class Cluster:
         for resource, amount in pod.requests.items():
             column = self.resources.get(resource)
             if column is not None:
-                self.used[column, row] += sign * amount
+                self._add_use(column, row, sign * amount)
+
+    def _add_use(self, column: int, row: int, amount: int) -> None:
+        """One request is at most MAX_MILLI, but any number of pods may be bound to a node: a use
+        past MAX_MILLI is kept exact aside while the array holds MAX_MILLI, so the node looks
+        full, int64 never wraps around, and taking the pods away restores the exact use."""
+        cell = (column, row)
+        use = self._beyond_max.pop(cell, int(self.used[cell])) + amount
+        if use > MAX_MILLI:
+            self._beyond_max[cell] = use
+        self.used[cell] = min(use, MAX_MILLI)
 
     def _take_devices(self, row: int, devices: Iterable[Device], sign: int) -> None:
         for device in devices:
@@ -258,17 +294,24 @@ class Cluster:
             self.gpu_used[row] += sign * device.milli
             self.whole_free[row] += int(after == GPU_MILLI) - int(before == GPU_MILLI)
 
-    def _valid_devices(self, row: int, pod: PodFacts, devices: tuple[Device, ...] | None
-                       ) -> tuple[Device, ...] | None:
-        if devices is None:
+    def _conflict(self, row: int, pod: PodFacts, devices: tuple[Device, ...]) -> str | None:
+        """Why `devices` cannot be the pod's on this row (exactly its request, and free), or None when they can."""
+        wanted = (GPU_MILLI,) * pod.gpus if pod.gpus else ((pod.gpu_milli,) if pod.gpu_milli else ())
+        reason: str | None
+        if tuple(d.milli for d in devices) != wanted or len({d.index for d in devices}) != len(devices):
+            reason = f"disagrees with the pod's request ({_request(pod)})"
+        else:
+            reason = next(filter(None, (self._misfit(row, d) for d in devices)), None)
+        if reason is None:
             return None
-        wanted = pod.gpus if pod.gpus else (1 if pod.gpu_milli else 0)
-        if len(devices) != wanted or len({d.index for d in devices}) != len(devices):
-            return None
-        for device in devices:
-            if device.index >= self.gpu_count[row] or self.gpu_free[row, device.index] < device.milli:
-                return None
-        return devices
+        return f"{fields.cut(format_devices(devices))} {reason}"
+
+    def _misfit(self, row: int, device: Device) -> str | None:
+        name = self.node(row).name
+        if device.index >= self.gpu_count[row]:
+            return f"does not fit node {name} (it has no GPU {device.index})"
+        free = int(self.gpu_free[row, device.index])
+        return f"does not fit node {name} (GPU {device.index} has {free}/1000 free)" if free < device.milli else None
 
     def first_fit(self, row: int, pod: PodFacts) -> tuple[Device, ...]:
         """Devices for a pod whose placement does not say: the lowest-numbered that fit."""
@@ -287,3 +330,15 @@ class Cluster:
         """(thousandths in use, thousandths in all) over present nodes."""
         present = self.present[: self.size]
         return int(self.gpu_used[: self.size][present].sum()), int(self.gpu_count[: self.size][present].sum()) * GPU_MILLI
+
+
+def _request(pod: PodFacts) -> str:
+    if pod.gpus:
+        return f"{pod.gpus} whole GPU{'s' if pod.gpus > 1 else ''}"
+    return f"{pod.gpu_milli}/1000 of one GPU" if pod.gpu_milli else "no GPU"
+
+
+def _gpus(devices: tuple[Device, ...]) -> str:
+    if not devices:
+        return "no GPU"
+    return f"GPU{'s' if len(devices) > 1 else ''} {','.join(str(d.index) for d in devices)}"

@@ -2,6 +2,10 @@
 
 GPU facts come from allocatable (`nvidia.com/gpu`) and from the labels of the seed design
 (`gpu.nvidia.com/*`) or NVIDIA GPU Feature Discovery (`nvidia.com/gpu.*`), read as aliases.
+
+A node whose allocatable cannot be read gets `problems` and counts as not ready: the
+scheduler cannot tell what fits there, so it places nothing there. Absurd amounts are
+clamped (see MAX_MILLI, MAX_GPUS) rather than refused: such a node simply looks big.
 """
 
 from __future__ import annotations
@@ -11,12 +15,18 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-from scheduler_core import predicates, quantity
+from scheduler_core import fields, predicates, quantity
 
 MILLI = 1000
 GPU_MILLI = 1000
+# The most of one resource in thousandths (2 PiB of memory, in milli-bytes) on a node or in a
+# pod's request: an absurd request makes every node look full, and the model's int64 sums
+# (one node's amount plus one request) never wrap around.
+MAX_MILLI = 2**61
+MAX_GPUS = 128  # per node (16 GPUs time-sliced 8 ways); one that says more is modelled with this many
 ZONE_LABEL = "topology.kubernetes.io/zone"
 UTILIZATION_ANNOTATION = "gpu-scheduler.io/gpu-utilization"
 UTILIZATION_TIME_ANNOTATION = "gpu-scheduler.io/gpu-utilization-updated"
@@ -34,7 +44,7 @@ _CAPACITY_LABELS: dict[str, dict[str, str]] = {
     "kubernetes.azure.com/scalesetpriority": {"spot": "spot", "regular": "on-demand"},
     "node.kubernetes.io/lifecycle": {"spot": "spot", "normal": "on-demand", "on-demand": "on-demand"},
 }
-_MEMORY_IN_MODEL = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_MEMORY_IN_MODEL = re.compile(r"(\d{1,6})\s*GB", re.IGNORECASE | re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -51,26 +61,20 @@ class NodeFacts:
     gpu_model: str | None
     gpu_memory_mib: int | None  # per GPU
     gpu_utilization: float | None  # 0..1, None when absent, invalid or stale
+    problems: tuple[str, ...]  # why the node cannot take pods (it counts as not ready)
 
 
-def to_milli(value: object) -> int:
-    """A quantity in thousandths, rounded up as Quantity.MilliValue does."""
-    return math.ceil(quantity.parse(value) * MILLI)
+def to_milli(amount: Fraction) -> int:
+    """An amount in thousandths, rounded up as Quantity.MilliValue does, within 0..MAX_MILLI."""
+    return max(0, min(math.ceil(amount * MILLI), MAX_MILLI))
 
 
 def parse(node: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",),
           now: datetime.datetime | None = None, utilization_max_age: float = 300.0) -> NodeFacts:
-    metadata = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    labels = dict(metadata.get("labels") or {})
-    annotations = metadata.get("annotations") or {}
-    allocatable = {}
-    for name, value in (status.get("allocatable") or status.get("capacity") or {}).items():
-        try:
-            allocatable[name] = to_milli(value)
-        except quantity.QuantityError:
-            continue
+    metadata, spec, status = (fields.mapping(node.get(part)) for part in ("metadata", "spec", "status"))
+    labels = fields.strings(metadata.get("labels"))
+    problems: list[str] = []
+    allocatable = _allocatable(status, problems)
     model = _first_label(labels, MODEL_LABELS)
     return NodeFacts(
         name=str(metadata.get("name", "")),
@@ -78,14 +82,29 @@ def parse(node: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = ("nvidia.
         allocatable=allocatable,
         taints=predicates.parse_taints(spec.get("taints")),
         unschedulable=bool(spec.get("unschedulable")),
-        ready=_ready(status.get("conditions")),
+        ready=_ready(status.get("conditions")) and not problems,
         zone=labels.get(ZONE_LABEL),
         capacity_type=_capacity_type(labels),
         gpu_count=_gpu_count(allocatable, labels, gpu_resources),
         gpu_model=model,
         gpu_memory_mib=_gpu_memory(labels, model),
-        gpu_utilization=_utilization(annotations, now, utilization_max_age),
+        gpu_utilization=_utilization(fields.strings(metadata.get("annotations")), now, utilization_max_age),
+        problems=tuple(problems),
     )
+
+
+def _allocatable(status: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
+    raw = status.get("allocatable") or status.get("capacity") or {}
+    if not isinstance(raw, Mapping):
+        problems.append(f"status.allocatable: expected an object, got {fields.shown(raw)}")
+        return {}
+    allocatable = {}
+    for name, value in raw.items():
+        try:
+            allocatable[str(name)] = to_milli(quantity.parse(value))
+        except quantity.QuantityError as err:
+            problems.append(f"status.allocatable {name}: {err}")
+    return allocatable
 
 
 def _first_label(labels: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
@@ -113,17 +132,17 @@ def _capacity_type(labels: Mapping[str, str]) -> str | None:
 
 
 def _gpu_count(allocatable: Mapping[str, int], labels: Mapping[str, str], gpu_resources: tuple[str, ...]) -> int:
+    """At most MAX_GPUS: a node that says more gets that many used."""
     for resource in gpu_resources:
         if resource in allocatable:
-            return allocatable[resource] // MILLI
-    count = _first_label(labels, COUNT_LABELS)
-    return int(count) if count and count.isdigit() else 0
+            return min(allocatable[resource] // MILLI, MAX_GPUS)
+    return min(fields.natural(_first_label(labels, COUNT_LABELS)) or 0, MAX_GPUS)
 
 
 def _gpu_memory(labels: Mapping[str, str], model: str | None) -> int | None:
-    memory = _first_label(labels, MEMORY_LABELS)
-    if memory and memory.isdigit():
-        return int(memory)
+    memory = fields.natural(_first_label(labels, MEMORY_LABELS))
+    if memory is not None:
+        return memory
     found = _MEMORY_IN_MODEL.search(model or "")
     return int(found.group(1)) * 1024 if found else None
 
@@ -141,6 +160,6 @@ def _utilization(annotations: Mapping[str, str], now: datetime.datetime | None, 
             updated = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         except ValueError:
             return None
-        if (now - updated).total_seconds() > max_age:
+        if updated.tzinfo is None or (now - updated).total_seconds() > max_age:
             return None
     return value

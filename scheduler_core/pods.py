@@ -2,19 +2,20 @@
 
 Parsed once per pod. Annotation values a user can get wrong (a share of 1500, memory as
 "40Gi") do not raise: they become `problems`, and the pod is reported unschedulable with
-that message instead of being placed on a guess.
+that message instead of being placed on a guess. Nor does anything else the apiserver
+accepts (a 250 KiB annotation, a request of 100P): the facts keep only bounded values, and
+messages quote only the start of a long one.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
-from scheduler_core import predicates, quantity, requests
-from scheduler_core.nodes import GPU_MILLI, MILLI
+from scheduler_core import fields, predicates, quantity, requests
+from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MILLI, to_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
 MEMORY_ANNOTATION = "gpu.nvidia.com/memory"
@@ -23,6 +24,8 @@ DEVICES_ANNOTATION = "gpu-scheduler.io/gpu-devices"
 SPOT_ANNOTATION = "gpu-scheduler.io/spot"
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
 TERMINAL_PHASES = ("Succeeded", "Failed")  # such a pod holds no resources any more
+MAX_MODEL = 256  # characters of gpu.nvidia.com/model: a few dozen model names
+MAX_DEVICES_TEXT = 4096  # characters of gpu-scheduler.io/gpu-devices: MAX_GPUS entries fit
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class PodFacts:
     spot: str | None
     app: str | None  # the application, for locality
     devices: tuple[Device, ...] | None  # restored from the annotation of an assigned pod
+    devices_problem: str | None  # why that annotation could not be read, when it is there and could not
     problems: tuple[str, ...]  # why the pod cannot be scheduled whatever the nodes
 
     @property
@@ -67,7 +71,7 @@ class PodFacts:
 
 
 def key_of(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
+    metadata = fields.mapping(pod.get("metadata"))
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or metadata.get('generateName') or ''}"
 
 
@@ -77,34 +81,35 @@ def parse(
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",),
     locality_labels: tuple[str, ...] = ("app.kubernetes.io/part-of", "app"),
 ) -> PodFacts:
-    metadata = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    annotations = metadata.get("annotations") or {}
-    labels = metadata.get("labels") or {}
+    metadata = fields.mapping(pod.get("metadata"))
+    spec = fields.mapping(pod.get("spec"))
+    annotations = fields.mapping(metadata.get("annotations"))
+    labels = fields.strings(metadata.get("labels"))
     problems: list[str] = []
 
     try:
-        effective = requests.pod_requests(spec)
-    except (quantity.QuantityError, AttributeError, TypeError) as err:
+        effective = requests.pod_requests(pod.get("spec") or {})  # a spec that is no object is a problem
+    except quantity.QuantityError as err:
         problems.append(f"resources: {err}")
         effective = {}
-    milli_requests = {name: math.ceil(amount * MILLI) for name, amount in effective.items() if amount > 0}
+    milli_requests = {name: to_milli(amount) for name, amount in effective.items() if amount > 0}
     milli_requests["pods"] = MILLI
     gpus = sum(milli_requests.get(name, 0) for name in gpu_resources) // MILLI
 
     gpu_milli = _share(annotations.get(MILLI_ANNOTATION), problems)
     if gpus and gpu_milli:
         problems.append(f"asks for {gpus} whole GPU(s) and a share ({MILLI_ANNOTATION}); choose one")
-    model = annotations.get(MODEL_ANNOTATION) or None
-    models = _models(model, problems)
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    model, models = _models(annotations.get(MODEL_ANNOTATION), problems)
+    affinity = fields.mapping(fields.mapping(spec.get("affinity")).get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    node_name = spec.get("nodeName")
+    devices, devices_problem = _recorded_devices(annotations.get(DEVICES_ANNOTATION))
     return PodFacts(
         key=key_of(pod),
         uid=str(metadata.get("uid") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=spec.get("nodeName") or None,
-        priority=int(spec.get("priority") or 0),
+        node_name=node_name if isinstance(node_name, str) and node_name else None,
+        priority=_priority(spec.get("priority"), problems),
         requests=milli_requests,
         gpus=gpus,
         gpu_milli=gpu_milli,
@@ -112,81 +117,129 @@ def parse(
         models=models,
         min_gpu_memory_mib=_memory(annotations.get(MEMORY_ANNOTATION), problems),
         tolerations=predicates.parse_tolerations(spec.get("tolerations")),
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        required_terms=predicates.parse_terms(required.get("nodeSelectorTerms")) if required else None,
-        preferred_terms=tuple(
-            (int(p.get("weight") or 0), predicates.parse_terms([p.get("preference") or {}])[0])
-            for p in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-            if isinstance(p, Mapping)
-        ),
+        node_selector=_node_selector(spec.get("nodeSelector"), problems),
+        # required terms that cannot be read match no node
+        required_terms=predicates.parse_terms(fields.mapping(required).get("nodeSelectorTerms")) if required else None,
+        preferred_terms=_preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution")),
         spot=_spot(annotations.get(SPOT_ANNOTATION), problems),
         app=next((labels[k] for k in locality_labels if labels.get(k)), None),
-        devices=parse_devices(annotations.get(DEVICES_ANNOTATION)),
+        devices=devices,
+        devices_problem=devices_problem,
         problems=tuple(problems),
     )
 
 
 def parse_devices(text: object) -> tuple[Device, ...] | None:
-    """`[{"index": 0, "milli": 1000}, ...]`; None when absent or not of that shape."""
-    if not isinstance(text, str):
+    """`[{"index": 0, "milli": 1000}, ...]`; None when absent or not of that shape.
+
+    At most MAX_GPUS entries with indices below it, in at most MAX_DEVICES_TEXT characters:
+    nothing larger names GPUs of one node, and reading it stays cheap.
+    """
+    if not isinstance(text, str) or len(text) > MAX_DEVICES_TEXT:
         return None
     try:
         raw = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(raw, list):
+    if not isinstance(raw, list) or len(raw) > MAX_GPUS:
         return None
     devices = []
     for item in raw:
         if not isinstance(item, Mapping):
             return None
         index, milli = item.get("index"), item.get("milli", GPU_MILLI)
-        if not isinstance(index, int) or not isinstance(milli, int) or index < 0 or not 0 < milli <= GPU_MILLI:
+        if not _integer(index) or not _integer(milli) or not 0 <= index < MAX_GPUS or not 0 < milli <= GPU_MILLI:
             return None
         devices.append(Device(index, milli))
     return tuple(devices)
+
+
+def _recorded_devices(value: object) -> tuple[tuple[Device, ...] | None, str | None]:
+    """The devices annotation and, when it is there but cannot be read, why."""
+    devices = parse_devices(value)
+    if devices is not None or value is None:
+        return devices, None
+    return None, (f"annotation {DEVICES_ANNOTATION}: must be a JSON list of at most {MAX_GPUS} GPUs "
+                  f"like [{{\"index\": 0, \"milli\": 1000}}], got {fields.shown(value)}")
 
 
 def format_devices(devices: tuple[Device, ...]) -> str:
     return json.dumps([{"index": d.index, "milli": d.milli} for d in devices], separators=(",", ":"))
 
 
+def _integer(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
+
+
 def _share(value: object, problems: list[str]) -> int:
     if value is None:
         return 0
-    if isinstance(value, str) and value.isdigit() and 0 < int(value) < GPU_MILLI:
-        return int(value)
+    milli = fields.natural(value)
+    if milli is not None and 0 < milli < GPU_MILLI:
+        return milli
     problems.append(f"annotation {MILLI_ANNOTATION}: must be an integer from 1 to 999 "
-                    f"(thousandths of one GPU), got {json.dumps(value)}")
+                    f"(thousandths of one GPU), got {fields.shown(value)}")
     return 0
 
 
 def _memory(value: object, problems: list[str]) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and int(value) > 0:
-        return int(value)
+    mib = fields.natural(value)
+    if mib:
+        return mib
     problems.append(f"annotation {MEMORY_ANNOTATION}: must be a positive integer (MiB per GPU), "
-                    f"got {json.dumps(value)}")
+                    f"got {fields.shown(value)}")
     return None
 
 
-def _models(value: str | None, problems: list[str]) -> tuple[frozenset[str], ...]:
-    if value is None:
-        return ()
-    alternatives = tuple(predicates.model_tokens(part) for part in value.split("|"))
-    if not all(alternatives):
+def _models(value: object, problems: list[str]) -> tuple[str | None, tuple[frozenset[str], ...]]:
+    """The model as asked (for messages) and its alternatives; None and () when absent or unreadable."""
+    if value in (None, ""):
+        return None, ()
+    if isinstance(value, str) and len(value) > MAX_MODEL:
+        problems.append(f"annotation {MODEL_ANNOTATION}: must be at most {MAX_MODEL} characters, "
+                        f"got {fields.shown(value)}")
+        return None, ()
+    alternatives = tuple(predicates.model_tokens(part) for part in value.split("|")) if isinstance(value, str) else ()
+    if not alternatives or not all(alternatives):
         problems.append(f"annotation {MODEL_ANNOTATION}: must be model names separated by '|', "
-                        f"like A100|H100, got {json.dumps(value)}")
-        return ()
-    return alternatives
+                        f"like A100|H100, got {fields.shown(value)}")
+        return None, ()
+    return str(value), alternatives
+
+
+def _priority(value: object, problems: list[str]) -> int:
+    if value is None:
+        return 0
+    if _integer(value) and -(2**31) <= value < 2**31:
+        return value
+    problems.append(f"spec.priority: must be a 32-bit integer, got {fields.shown(value)}")
+    return 0
+
+
+def _node_selector(value: object, problems: list[str]) -> dict[str, str]:
+    selector = fields.strings(value)
+    if value is not None and selector != value:
+        problems.append(f"spec.nodeSelector: must map label names to values, got {fields.shown(value)}")
+    return selector
+
+
+def _preferred(value: object) -> tuple[tuple[int, predicates.Term], ...]:
+    """Preferred terms; one that cannot be read is left out, as it would only add to scores."""
+    return tuple(
+        (p["weight"], predicates.parse_terms([p["preference"]])[0])
+        for p in (value if isinstance(value, list) else [])
+        if isinstance(p, Mapping) and _integer(p.get("weight")) and 0 < p["weight"] <= 100
+        and isinstance(p.get("preference"), Mapping)
+    )
 
 
 def _spot(value: object, problems: list[str]) -> str | None:
     if value is None:
         return None
-    if value in SPOT_POLICIES:
-        return str(value)
+    if isinstance(value, str) and value in SPOT_POLICIES:
+        return value
     problems.append(f"annotation {SPOT_ANNOTATION}: must be one of {', '.join(SPOT_POLICIES)}, "
-                    f"got {json.dumps(value)}")
+                    f"got {fields.shown(value)}")
     return None

@@ -133,11 +133,15 @@ def _term(raw: Mapping[str, Any]) -> Term:
 def _expressions(raw: object) -> tuple[Expression, ...]:
     if not isinstance(raw, list):
         return ()
-    return tuple(
-        Expression(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
-        for e in raw
-        if isinstance(e, Mapping)
-    )
+    return tuple(_expression(e) for e in raw)
+
+
+def _expression(raw: object) -> Expression:
+    """A requirement that cannot be read matches no node: dropping it would match more."""
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("values") or [], list):
+        return Expression("", "", ())
+    values = tuple(str(v) for v in raw.get("values") or ())
+    return Expression(str(raw.get("key", "")), str(raw.get("operator", "")), values)
 
 
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")

@@ -1,31 +1,36 @@
 """Kubernetes resource quantities (`500m`, `40Gi`, `1e3`) as exact numbers.
 
 Upstream `resource.Quantity` is exact decimal arithmetic; Fractions keep that, so sums
-of requests never drift and comparisons against allocatable are exact.
+of requests never drift and comparisons against allocatable are exact. As upstream, a
+quantity is rounded up to whole billionths and no quantity exceeds 2**63 - 1 in magnitude:
+the apiserver accepts a number of thousands of digits, and parsing it, or `1e2000000000`,
+costs little more than parsing `1`.
 """
 
 from __future__ import annotations
 
+import decimal
+import math
 import re
+from decimal import Decimal
 from fractions import Fraction
 
+from scheduler_core import fields
+
+LARGEST = 2**63 - 1  # upstream's cap ("no quantity may represent a number greater than 2^63-1")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# ASCII digits only (`\d` alone also takes "٣"); possessive, so a long string that fails to
+# match is not tried again at every split of its digits
 _QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?:(?P<exponent>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+    r"(?P<number>[+-]?(?:\d++(?:\.\d*+)?|\.\d++))"
+    r"(?:(?P<exponent>[eE][+-]?\d{1,18})|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)",
+    re.ASCII,
 )
+_NANO = Decimal("1e-9")
+# Forty digits reach from LARGEST down past a billionth, so rounding up to forty digits first
+# never changes what rounding up to billionths gives.
+_ROUND_UP = decimal.Context(prec=40, rounding=decimal.ROUND_UP, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 
 class QuantityError(ValueError):
@@ -34,19 +39,27 @@ class QuantityError(ValueError):
 
 def parse(value: object) -> Fraction:
     """Parse a quantity as the apiserver does; ints and floats are taken as they are."""
+    amount = _capped(_decimal(value))
+    return Fraction(_ROUND_UP.quantize(_ROUND_UP.plus(amount), _NANO))
+
+
+def _decimal(value: object) -> Decimal:
     if isinstance(value, bool):
-        raise QuantityError(f"expected a quantity, got {value!r}")
+        raise QuantityError(f"expected a quantity, got {fields.cut(repr(value))}")
     if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(str(value))
+        return Decimal(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return Decimal(repr(value))
     if not isinstance(value, str):
-        raise QuantityError(f"expected a quantity, got {value!r}")
-    match = _QUANTITY.match(value.strip())
+        raise QuantityError(f"expected a quantity, got {fields.cut(repr(value))}")
+    match = _QUANTITY.fullmatch(value.strip())
     if not match:
-        raise QuantityError(f"{value!r} is not a quantity (like 2, 500m, 40Gi)")
-    number = Fraction(match["number"])
-    if match["exponent"]:
-        return number * Fraction(10) ** int(match["exponent"][1:])
+        raise QuantityError(f"{fields.cut(repr(value))} is not a quantity (like 2, 500m, 40Gi)")
     suffix = match["suffix"] or ""
-    return number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+    amount = _capped(Decimal(match["number"] + (match["exponent"] or f"e{_DECIMAL.get(suffix, 0)}")))
+    return _ROUND_UP.multiply(amount, _BINARY[suffix]) if suffix in _BINARY else amount
+
+
+def _capped(amount: Decimal) -> Decimal:
+    """Within ±LARGEST, before any arithmetic, so none has to work on a number of a billion digits."""
+    return max(-Decimal(LARGEST), min(amount, Decimal(LARGEST)))

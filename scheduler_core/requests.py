@@ -12,9 +12,13 @@ from collections.abc import Collection, Mapping
 from fractions import Fraction
 from typing import Any
 
-from scheduler_core import quantity
+from scheduler_core import fields, quantity
 
 Requests = dict[str, Fraction]
+
+
+class RequestsError(quantity.QuantityError):
+    """A pod spec whose resources cannot be read, for a shape the apiserver would refuse."""
 
 
 def container_requests(container: Mapping[str, Any], only: Collection[str] | None = None) -> Requests:
@@ -22,23 +26,22 @@ def container_requests(container: Mapping[str, Any], only: Collection[str] | Non
 
     `only` restricts the result (and the parsing) to those resource names.
     """
-    resources = container.get("resources") or {}
-    merged: dict[str, object] = dict(resources.get("limits") or {})
-    merged.update(resources.get("requests") or {})
-    return {
-        name: quantity.parse(value) for name, value in merged.items() if only is None or name in only
-    }
+    resources = _object(container.get("resources"), "resources")
+    merged: dict[str, object] = dict(_object(resources.get("limits"), "resources.limits"))
+    merged.update(_object(resources.get("requests"), "resources.requests"))
+    return _parsed(merged, only)
 
 
 def pod_requests(spec: Mapping[str, Any], only: Collection[str] | None = None) -> Requests:
     """The effective request of a pod spec (see the module docstring), optionally of `only` some resources."""
+    spec = _object(spec, "spec")
     total: Requests = {}
-    for container in spec.get("containers") or []:
+    for container in _objects(spec.get("containers"), "spec.containers"):
         _add(total, container_requests(container, only))
 
     sidecars: Requests = {}
     init_peak: Requests = {}
-    for init in spec.get("initContainers") or []:
+    for init in _objects(spec.get("initContainers"), "spec.initContainers"):
         own = container_requests(init, only)
         if init.get("restartPolicy") == "Always":
             _add(sidecars, own)
@@ -49,9 +52,28 @@ def pod_requests(spec: Mapping[str, Any], only: Collection[str] | None = None) -
         _max(init_peak, running)
 
     _max(total, init_peak)
-    overhead = spec.get("overhead") or {}
-    _add(total, {name: quantity.parse(v) for name, v in overhead.items() if only is None or name in only})
+    _add(total, _parsed(_object(spec.get("overhead"), "spec.overhead"), only))
     return total
+
+
+def _parsed(amounts: Mapping[str, object], only: Collection[str] | None) -> Requests:
+    return {name: quantity.parse(value) for name, value in amounts.items() if only is None or name in only}
+
+
+def _object(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RequestsError(f"{field}: expected an object, got {fields.shown(value)}")
+    return value
+
+
+def _objects(value: object, field: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise RequestsError(f"{field}: expected a list of objects, got {fields.shown(value)}")
+    return value
 
 
 def _add(into: Requests, other: Requests) -> None:

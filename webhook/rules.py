@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from scheduler_core import quantity, requests
+from scheduler_core import fields, quantity, requests
 from webhook import config, selectors
 
 GPU_MILLI = 1000
@@ -102,7 +102,5 @@ def _string_map(value: object) -> Mapping[str, str]:
 
 def _milli(value: object) -> int | None:
     """A share in thousandths, 1..999; anything else is no share (the scheduler explains)."""
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 18:
-        return None
-    milli = int(value)
-    return milli if 0 < milli < GPU_MILLI else None
+    milli = fields.natural(value)
+    return milli if milli is not None and 0 < milli < GPU_MILLI else None

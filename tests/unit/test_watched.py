@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import cluster, pods, watched
+from scheduler_core import cluster, nodes, pods, watched
 from tests.unit.builders import node, pod
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
@@ -252,29 +252,30 @@ def test_pending_pods_and_warm_up_candidates_keep_a_few_fields_not_the_pod():
         assert len(pickle.dumps(kept)) < 4096
 
 
-def choke_on(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """pods.parse raises for the pod called `name`, as a parser may on an object it did not foresee."""
-    parse = pods.parse
+def choke_on(monkeypatch: pytest.MonkeyPatch, name: str, parser: Any = pods) -> None:
+    """`parser.parse` raises for the object called `name`, as a parser may on an object it did not foresee."""
+    parse = parser.parse
 
-    def choking(obj: Any, **kwargs: Any) -> pods.PodFacts:
+    def choking(obj: Any, **kwargs: Any) -> Any:
         if obj["metadata"]["name"] == name:
             raise ValueError("invalid literal for int() with base 10: 'high'")
         return parse(obj, **kwargs)
 
-    monkeypatch.setattr(pods, "parse", choking)
+    monkeypatch.setattr(parser, "parse", choking)
 
 
 def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeypatch, caplog):
     choke_on(monkeypatch, "bad")
+    choke_on(monkeypatch, "broken", nodes)
     found = model(node("a", gpus=2))
     found.pods_relisted([incarnation("bad", "uid-b", gpus=1, node_name="a"),
                          incarnation("good", "uid-g", gpus=1, node_name="a")], now=NOW)
     found.pod_event("MODIFIED", incarnation("bad", "uid-b", gpus=1), now=NOW)
-    found.node_event("ADDED", {"metadata": {"name": "broken"}, "status": {"allocatable": "x"}}, now=NOW)
+    found.node_event("ADDED", node("broken"), now=NOW)
     assert found.rejected == {"Pod": 2, "Node": 1}
     assert set(found.cluster.assignments) == {"uid-g"}
     assert "Pod ns/bad not taken into the model: ValueError: invalid literal" in caplog.text
-    assert "Node broken not taken into the model: AttributeError" in caplog.text
+    assert "Node broken not taken into the model: ValueError" in caplog.text
 
 
 def test_a_relist_with_unreadable_items_takes_the_rest_and_forgets_no_pod_it_lists(monkeypatch):

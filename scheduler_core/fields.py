@@ -1,0 +1,51 @@
+"""Reading fields of objects that anyone allowed to create or patch them may have written.
+
+The apiserver checks a pod's types and label syntax, but an annotation value is any string
+(up to 256 KiB for all of them), and files given to the simulator are checked by nothing.
+These readers never raise, and what they return is never longer than a small bound: one
+hostile object becomes a complaint about that object, not a crash or a memory leak.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+MAX_DIGITS = 18  # an int64 always holds it; Python's int() refuses strings past 4300 digits
+SHOWN = 40  # characters of a value quoted in a message
+
+
+def mapping(value: object) -> Mapping[str, Any]:
+    """`value` if it is an object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def strings(value: object) -> dict[str, str]:
+    """The string-to-string entries of an object (labels, annotations, a node selector)."""
+    return {k: v for k, v in mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def natural(value: object) -> int | None:
+    """A whole number written in 1 to MAX_DIGITS ASCII digits; None for anything else.
+
+    `str.isdigit` alone accepts `"²"`, which `int` then refuses.
+    """
+    if isinstance(value, str) and 0 < len(value) <= MAX_DIGITS and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def shown(value: object) -> str:
+    """`value` quoted for a message; past SHOWN characters only its start and its length."""
+    text = value if isinstance(value, str) else repr(value)
+    return json.dumps(text[:SHOWN]) + _beyond(text)
+
+
+def cut(text: str) -> str:
+    """`text` for a message as it is; past SHOWN characters only its start and its length."""
+    return text[:SHOWN] + _beyond(text)
+
+
+def _beyond(text: str) -> str:
+    return f"… ({len(text)} characters)" if len(text) > SHOWN else ""
