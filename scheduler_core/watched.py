@@ -153,7 +153,7 @@ class WatchedCluster:
         before = self.cluster.node(row) if row is not None else None
         self.cluster.set_node(facts)
         for uid in sorted(self._orphans_of.pop(facts.name, ())):
-            self.cluster.restore(self.orphans.pop(uid))
+            self._restore(self.orphans.pop(uid))
         return Change(freed=before is None or _relevant(before) != _relevant(facts))
 
     def _remove_node(self, obj: Mapping[str, Any]) -> Change:
@@ -253,9 +253,14 @@ class WatchedCluster:
 
     def _place(self, uid: str, facts: pods.PodFacts) -> None:
         if facts.node_name in self.cluster.index:
-            self.cluster.restore(facts)
+            self._restore(facts)
         else:
             self._orphan(uid, facts)
+
+    def _restore(self, facts: pods.PodFacts) -> None:
+        problem = self.cluster.restore(facts)
+        if problem is not None:  # its recorded devices were not believed: say which it holds instead
+            log.warning("pod %s on node %s: %s", facts.key, facts.node_name, problem)
 
     def _orphan(self, uid: str, facts: pods.PodFacts) -> None:
         self.orphans[uid] = facts

@@ -288,6 +288,14 @@ def test_a_relist_with_unreadable_items_takes_the_rest_and_forgets_no_pod_it_lis
     assert found.rejected == {"Pod": 3} and used(found, "a") == [1000, 1000]
 
 
+def test_recorded_devices_that_do_not_match_the_request_are_logged_with_what_was_used(caplog):
+    found = model(node("a", gpus=2))
+    found.pod_event("ADDED", incarnation("p", "uid-p", gpus=1, node_name="a",
+                                         devices='[{"index":0,"milli":1000},{"index":1,"milli":1000}]'), now=NOW)
+    assert used(found, "a") == [1000, 0]
+    assert "pod ns/p on node a: annotation gpu-scheduler.io/gpu-devices" in caplog.text
+
+
 def test_the_model_reports_what_it_holds_per_node():
     found = model(node("a", gpus=2), node("cpu-only", gpus=0))
     found.pod_event("ADDED", incarnation("s", "uid-s", milli=250, node_name="a"), now=NOW)
