@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -207,6 +207,18 @@ class Reflector:
         except Exception:
             FAILURES.labels(self.name, "callback").inc()
             log.exception("%s: on_event failed for %s %s; event skipped", self.name, kind, describe_object(obj))
+
+
+MAX_DOWN_SECONDS = 60.0  # a watch down longer than this fails the health checks that ask
+
+
+def down(reflectors: Iterable[Reflector], max_down: float = MAX_DOWN_SECONDS) -> list[str]:
+    """`Pods: watch down for 75 s` for each reflector down longer than `max_down`; empty when all are well.
+
+    A process whose model has been frozen this long should say so: the kubelet then restarts it,
+    and a restart relists.
+    """
+    return [f"{r.name}: watch down for {r.down_for() or 0:.0f} s" for r in reflectors if not r.healthy(max_down)]
 
 
 def parse_event(line: bytes | str) -> tuple[str, dict[str, Any]]:

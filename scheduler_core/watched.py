@@ -124,6 +124,10 @@ class WatchedCluster:
         self._orphans_of: defaultdict[str, set[str]] = defaultdict(set)  # node name -> uids
         self.warm: dict[str, warmup.Candidate] = {}
         self.rejected: Counter[str] = Counter()  # objects not taken in, by kind
+        # uid -> why its recorded devices were not believed; `new_conflicts` holds those not yet taken by
+        # the driver, which reports each once (an event on the pod), not again at every relist
+        self.conflicts: dict[str, str] = {}
+        self.new_conflicts: list[tuple[pods.PodFacts, str]] = []
 
     def configure(self, scheduling: profile.Scheduling) -> None:
         """Objects parsed from now on use these locality labels and utilization age."""
@@ -246,6 +250,7 @@ class WatchedCluster:
     def _delete(self, uid: str) -> Change:
         change = Change(freed=self._release(uid))
         self.assumed.pop(uid, None)
+        self.conflicts.pop(uid, None)
         self.warm.pop(uid, None)
         if self.pending.pop(uid, None) is not None:
             change.settled.add(uid)
@@ -261,6 +266,15 @@ class WatchedCluster:
         problem = self.cluster.restore(facts)
         if problem is not None:  # its recorded devices were not believed: say which it holds instead
             log.warning("pod %s on node %s: %s", facts.key, facts.node_name, problem)
+            if self.conflicts.get(facts.uid) != problem:
+                self.conflicts[facts.uid] = problem
+                self.new_conflicts.append((facts, problem))
+
+    def take_conflicts(self) -> list[tuple[pods.PodFacts, str]]:
+        """Pods whose recorded GPU devices were not believed since the last call, each with why: the
+        driver reports them on the pod. The model's own record stands (see scheduler_core.cluster)."""
+        taken, self.new_conflicts = self.new_conflicts, []
+        return taken
 
     def _orphan(self, uid: str, facts: pods.PodFacts) -> None:
         self.orphans[uid] = facts

@@ -244,6 +244,10 @@ class Extender:
     def synced(self) -> bool:
         return all(reflector.synced.is_set() for reflector in self._reflectors)
 
+    def watches_down(self) -> list[str]:
+        """The Node and Pod watches down longer than the health bound (see watching.down)."""
+        return watching.down(self._reflectors)
+
     def configure(self, settings: config.Config) -> None:
         """A new valid configuration: scoring applies to the next call."""
         with self.lock:
@@ -275,6 +279,7 @@ class Extender:
             except Exception:
                 self.model.rejected[kind] += 1
                 log.exception("a %s update of the model failed; going on", kind)
+            self.model.take_conflicts()  # logged by the model; this mode writes no events
 
     def model_view(self) -> model_metrics.ModelView:
         with self.lock:
@@ -518,7 +523,9 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
 
     @app.get("/healthz")
     def healthz() -> Any:
-        return jsonify(status="ok")
+        extender = current()
+        down = extender.watches_down() if extender is not None else []
+        return _error(500, "; ".join(down)) if down else jsonify(status="ok")
 
     @app.get("/readyz")
     def readyz() -> Any:
@@ -527,6 +534,9 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
             return _error(503, "no valid configuration loaded yet")
         if not extender.synced:
             return _error(503, "nodes and pods not listed from the API yet")
+        down = extender.watches_down()
+        if down:
+            return _error(503, "; ".join(down))
         with extender.lock:
             counts = {"nodes": extender.model.cluster.node_count, "pods": len(extender.model.cluster.assignments)}
         return jsonify(status="ready", **counts)

@@ -93,6 +93,10 @@ class LiveScheduler:
     def synced(self) -> bool:
         return all(r.synced.is_set() for r in self._reflectors)
 
+    def watches_down(self) -> list[str]:
+        """The Node and Pod watches down longer than the health bound (see watching.down)."""
+        return watching.down(self._reflectors)
+
     def configure(self, settings: config.Config) -> None:
         """Called from the config watch: scoring changes apply to the next decision."""
         self.events.put(("config", settings))
@@ -165,6 +169,10 @@ class LiveScheduler:
         except Exception:
             self.model.rejected[EVENT_KINDS.get(kind, str(kind))] += 1
             log.exception("handling a %s event failed; going on", kind)
+        for facts, message in self.model.take_conflicts():
+            namespace, _, name = facts.key.partition("/")
+            self.reporter.submit(self._record_event, watched.PendingPod(namespace, name, facts.uid, facts),
+                                 "Warning", "GPUDevicesConflict", message)
 
     def _apply(self, change: watched.Change) -> None:
         """The model's change, applied to the queue."""

@@ -29,17 +29,17 @@ log = logging.getLogger(__name__)
 
 
 def serve_health(port: int, state: dict[str, Any]) -> ThreadingHTTPServer:
-    """`/healthz` (200 while the loop runs, or while standing by) and `/metrics`."""
+    """`/healthz` (200 while standing by, or while the loop runs and no watch has been down over a minute)
+    and `/metrics`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if self.path == "/metrics":
                 body, kind, code = generate_latest(), CONTENT_TYPE_LATEST, 200
             elif self.path == "/healthz":
-                scheduler = state.get("scheduler")
-                healthy = scheduler is None or scheduler._loop.is_alive()
-                body = b"ok" if healthy else b"scheduling loop stopped"
-                kind, code = "text/plain", 200 if healthy else 500
+                problems = _health_problems(state.get("scheduler"))
+                body = "; ".join(problems).encode() if problems else b"ok"
+                kind, code = "text/plain", 500 if problems else 200
             else:
                 body, kind, code = b"not found", "text/plain", 404
             self.send_response(code)
@@ -54,6 +54,13 @@ def serve_health(port: int, state: dict[str, Any]) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server
+
+
+def _health_problems(scheduler: running.LiveScheduler | None) -> list[str]:
+    if scheduler is None:
+        return []  # standing by for the lease, or waiting for a valid configuration
+    problems = [] if scheduler._loop.is_alive() else ["scheduling loop stopped"]
+    return problems + scheduler.watches_down()
 
 
 def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,

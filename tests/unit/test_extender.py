@@ -10,6 +10,7 @@ import copy
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from gpu_scheduler import watching
 from gpu_scheduler.runtime import extender
 from scheduler_core import pods, profile
 from tests.unit.builders import node, pod
@@ -525,3 +527,16 @@ def test_the_shipped_kube_scheduler_configuration_uses_every_verb_we_serve():
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     routes = {rule.rule for rule in extender.build_app(lambda: None).url_map.iter_rules()}
     assert {f"/{ext[verb]}" for verb in ("filterVerb", "prioritizeVerb", "bindVerb")} <= routes
+
+
+def test_a_watch_down_longer_than_a_minute_fails_readiness_and_health():
+    ext, _, client = make()
+    assert client.get("/healthz").status_code == 200
+    ext._reflectors = [watching.Reflector(lambda **_: None, name="Nodes", on_replace=print, on_event=print)]
+    ext._reflectors[0].synced.set()
+    ext._reflectors[0]._down_since = time.monotonic() - 90
+    for path in ("/readyz", "/healthz"):
+        response = client.get(path)
+        assert response.status_code in (500, 503) and response.get_json()["error"] == "Nodes: watch down for 90 s"
+    ext._reflectors[0]._down_since = None
+    assert client.get("/readyz").status_code == 200 and client.get("/healthz").status_code == 200

@@ -9,13 +9,14 @@ loop against the real apiserver.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpu_scheduler.runtime import running
+from gpu_scheduler.runtime import running, standalone
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -200,3 +201,16 @@ def test_the_model_is_exposed_as_allocated_gpus(scheduler):
     model_metrics.register(lambda: model_metrics.ModelView.of(scheduler.model), registry)
     text = generate_latest(registry).decode()
     assert 'gpu_scheduler_allocated_gpus{model="NVIDIA-A100-SXM4-40GB",node="a"} 1.0' in text
+
+
+def test_healthz_fails_when_a_watch_has_been_down_longer_than_a_minute(scheduler):
+    """A frozen model must not look healthy: the kubelet restarts the process, and a restart relists."""
+    scheduler._loop.start()  # the loop alone: the watches stay unstarted, so they count as down since creation
+    assert standalone._health_problems(None) == []  # standing by for the lease
+    for reflector in scheduler._reflectors:
+        reflector._down_since = time.monotonic() - 30
+    assert standalone._health_problems(scheduler) == []
+    scheduler._reflectors[1]._down_since = time.monotonic() - 75
+    assert standalone._health_problems(scheduler) == ["Pods: watch down for 75 s"]
+    scheduler._reflectors[1]._down_since = None  # established again
+    assert standalone._health_problems(scheduler) == []

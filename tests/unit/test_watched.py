@@ -296,6 +296,21 @@ def test_recorded_devices_that_do_not_match_the_request_are_logged_with_what_was
     assert "pod ns/p on node a: annotation gpu-scheduler.io/gpu-devices" in caplog.text
 
 
+def test_a_devices_conflict_is_handed_to_the_driver_once_per_pod_and_message():
+    """`run` writes each as a GPUDevicesConflict event on the pod; a relist must not repeat it."""
+    found = model(node("a", gpus=2))
+    forged = incarnation("p", "uid-p", milli=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    found.pod_event("ADDED", forged, now=NOW)
+    [(facts, message)] = found.take_conflicts()
+    assert facts.uid == "uid-p" and "disagrees with the pod's request" in message
+    assert used(found, "a") == [1, 0]  # its own request, not the claim
+    found.pods_relisted([forged], now=NOW)
+    assert found.take_conflicts() == []
+    found.pod_event("DELETED", forged, now=NOW)
+    found.pod_event("ADDED", forged, now=NOW)  # gone and back: a new story, told again
+    assert len(found.take_conflicts()) == 1
+
+
 def test_the_model_reports_what_it_holds_per_node():
     found = model(node("a", gpus=2), node("cpu-only", gpus=0))
     found.pod_event("ADDED", incarnation("s", "uid-s", milli=250, node_name="a"), now=NOW)
