@@ -221,6 +221,40 @@ def down(reflectors: Iterable[Reflector], max_down: float = MAX_DOWN_SECONDS) ->
     return [f"{r.name}: watch down for {r.down_for() or 0:.0f} s" for r in reflectors if not r.healthy(max_down)]
 
 
+class ClusterWatches:
+    """The Node and Pod watches both scheduler modes keep their model by (pods that still hold resources)."""
+
+    def __init__(self, reflectors: list[Reflector]):
+        self.reflectors = reflectors
+
+    @classmethod
+    def of_cluster(cls, core: Any, *, on_nodes: Callable[[list[Any]], None], on_node: Callable[[str, Any], None],
+                   on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None]) -> ClusterWatches:
+        return cls([
+            Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
+            Reflector(core.list_pod_for_all_namespaces, name="Pods",
+                      list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
+                      on_replace=on_pods, on_event=on_pod),
+        ])
+
+    def start(self) -> ClusterWatches:
+        for reflector in self.reflectors:
+            reflector.start()
+        return self
+
+    def stop(self) -> None:
+        for reflector in self.reflectors:
+            reflector.stop()
+
+    @property
+    def synced(self) -> bool:
+        """Every watch has listed once: decisions before that would miss what the API holds."""
+        return all(reflector.synced.is_set() for reflector in self.reflectors)
+
+    def down(self, max_down: float = MAX_DOWN_SECONDS) -> list[str]:
+        return down(self.reflectors, max_down)
+
+
 def parse_event(line: bytes | str) -> tuple[str, dict[str, Any]]:
     """(type, object) of one watch line; raises Expired or WatchError for an ERROR event, WatchError
     for anything that is not an event."""

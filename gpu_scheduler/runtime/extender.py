@@ -217,7 +217,7 @@ class Extender:
         # pod uid -> (the nodes /filter was asked about, the feasible ones' scores), for the /prioritize
         # that follows in the same scheduling cycle: kube-scheduler, too, scores against the snapshot it filtered
         self.filtered: OrderedDict[str, tuple[frozenset[str], dict[str, float]]] = OrderedDict()
-        self._reflectors: list[watching.Reflector] = []
+        self.watches = watching.ClusterWatches([])  # none until start(): unit tests fill the model directly
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -225,28 +225,17 @@ class Extender:
         """Start the Node and Pod watches; requests are answered once both have listed."""
         if self.core is None:
             raise ValueError("the extender needs a CoreV1Api to watch nodes and pods")
-        self._reflectors = [
-            watching.Reflector(self.core.list_node, name="Nodes", on_replace=self.replace_nodes,
-                               on_event=self.node_event),
-            watching.Reflector(self.core.list_pod_for_all_namespaces, name="Pods",
-                               list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
-                               on_replace=self.replace_pods, on_event=self.pod_event),
-        ]
-        for reflector in self._reflectors:
-            reflector.start()
+        self.watches = watching.ClusterWatches.of_cluster(
+            self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
+            on_pod=self.pod_event).start()
         return self
 
     def stop(self) -> None:
-        for reflector in self._reflectors:
-            reflector.stop()
+        self.watches.stop()
 
     @property
     def synced(self) -> bool:
-        return all(reflector.synced.is_set() for reflector in self._reflectors)
-
-    def watches_down(self) -> list[str]:
-        """The Node and Pod watches down longer than the health bound (see watching.down)."""
-        return watching.down(self._reflectors)
+        return self.watches.synced
 
     def configure(self, settings: config.Config) -> None:
         """A new valid configuration: scoring applies to the next call."""
@@ -524,7 +513,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
     @app.get("/healthz")
     def healthz() -> Any:
         extender = current()
-        down = extender.watches_down() if extender is not None else []
+        down = extender.watches.down() if extender is not None else []
         return _error(500, "; ".join(down)) if down else jsonify(status="ok")
 
     @app.get("/readyz")
@@ -534,7 +523,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
             return _error(503, "no valid configuration loaded yet")
         if not extender.synced:
             return _error(503, "nodes and pods not listed from the API yet")
-        down = extender.watches_down()
+        down = extender.watches.down()
         if down:
             return _error(503, "; ".join(down))
         with extender.lock:

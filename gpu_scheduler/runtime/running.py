@@ -62,40 +62,30 @@ class LiveScheduler:
         self.stopped = threading.Event()
         self.alive = threading.Event()
         self.identity = f"gpu-scheduler-{uuid.uuid4().hex[:8]}"
-        self._reflectors = [
-            watching.Reflector(self.core.list_node, name="Nodes",
-                               on_replace=lambda items: self.events.put(("nodes", items)),
-                               on_event=lambda kind, obj: self.events.put(("node", kind, obj))),
-            watching.Reflector(self.core.list_pod_for_all_namespaces, name="Pods",
-                               list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
-                               on_replace=lambda items: self.events.put(("pods", items)),
-                               on_event=lambda kind, obj: self.events.put(("pod", kind, obj))),
-        ]
+        self.watches = watching.ClusterWatches.of_cluster(
+            self.core, on_nodes=lambda items: self.events.put(("nodes", items)),
+            on_node=lambda kind, obj: self.events.put(("node", kind, obj)),
+            on_pods=lambda items: self.events.put(("pods", items)),
+            on_pod=lambda kind, obj: self.events.put(("pod", kind, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> LiveScheduler:
-        for reflector in self._reflectors:
-            reflector.start()
+        self.watches.start()
         self._loop.start()
         return self
 
     def stop(self) -> None:
         self.stopped.set()
-        for reflector in self._reflectors:
-            reflector.stop()
+        self.watches.stop()
         self.binder.shutdown(wait=False, cancel_futures=True)
         self.reporter.shutdown(wait=False, cancel_futures=True)
 
     @property
     def synced(self) -> bool:
-        return all(r.synced.is_set() for r in self._reflectors)
-
-    def watches_down(self) -> list[str]:
-        """The Node and Pod watches down longer than the health bound (see watching.down)."""
-        return watching.down(self._reflectors)
+        return self.watches.synced
 
     def configure(self, settings: config.Config) -> None:
         """Called from the config watch: scoring changes apply to the next decision."""

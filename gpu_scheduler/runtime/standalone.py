@@ -60,7 +60,7 @@ def _health_problems(scheduler: running.LiveScheduler | None) -> list[str]:
     if scheduler is None:
         return []  # standing by for the lease, or waiting for a valid configuration
     problems = [] if scheduler._loop.is_alive() else ["scheduling loop stopped"]
-    return problems + scheduler.watches_down()
+    return problems + scheduler.watches.down()
 
 
 def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,

@@ -488,7 +488,7 @@ class Unsynced:
 
 def test_until_the_watches_have_listed_every_verb_answers_with_an_error_and_readyz_is_503():
     ext, _, client = make()
-    ext._reflectors = [Unsynced()]
+    ext.watches = watching.ClusterWatches([Unsynced()])
     message = "gpu-scheduler extender: nodes and pods not listed from the API yet"
     assert post(client, "filter", {"Pod": GOOD_POD, "NodeNames": ["a100-1"]})["Error"] == message
     assert post(client, "bind", binding(GOOD_POD, "a100-1")) == {"Error": message}
@@ -532,11 +532,12 @@ def test_the_shipped_kube_scheduler_configuration_uses_every_verb_we_serve():
 def test_a_watch_down_longer_than_a_minute_fails_readiness_and_health():
     ext, _, client = make()
     assert client.get("/healthz").status_code == 200
-    ext._reflectors = [watching.Reflector(lambda **_: None, name="Nodes", on_replace=print, on_event=print)]
-    ext._reflectors[0].synced.set()
-    ext._reflectors[0]._down_since = time.monotonic() - 90
+    nodes = watching.Reflector(lambda **_: None, name="Nodes", on_replace=print, on_event=print)
+    ext.watches = watching.ClusterWatches([nodes])
+    nodes.synced.set()
+    nodes._down_since = time.monotonic() - 90
     for path in ("/readyz", "/healthz"):
         response = client.get(path)
         assert response.status_code in (500, 503) and response.get_json()["error"] == "Nodes: watch down for 90 s"
-    ext._reflectors[0]._down_since = None
+    nodes._down_since = None
     assert client.get("/readyz").status_code == 200 and client.get("/healthz").status_code == 200

@@ -207,10 +207,10 @@ def test_healthz_fails_when_a_watch_has_been_down_longer_than_a_minute(scheduler
     """A frozen model must not look healthy: the kubelet restarts the process, and a restart relists."""
     scheduler._loop.start()  # the loop alone: the watches stay unstarted, so they count as down since creation
     assert standalone._health_problems(None) == []  # standing by for the lease
-    for reflector in scheduler._reflectors:
+    for reflector in scheduler.watches.reflectors:
         reflector._down_since = time.monotonic() - 30
     assert standalone._health_problems(scheduler) == []
-    scheduler._reflectors[1]._down_since = time.monotonic() - 75
+    scheduler.watches.reflectors[1]._down_since = time.monotonic() - 75
     assert standalone._health_problems(scheduler) == ["Pods: watch down for 75 s"]
-    scheduler._reflectors[1]._down_since = None  # established again
+    scheduler.watches.reflectors[1]._down_since = None  # established again
     assert standalone._health_problems(scheduler) == []
