@@ -180,7 +180,9 @@ class WatchedCluster:
         """The pods as a list shows them: what it does not hold is gone, whatever we knew of it."""
         listed: set[str] = set()
         change = Change(freed=True)
-        for obj in items:
+        # Pods whose devices a Binding recorded first: a tenant's later edit of the annotation must not win a
+        # GPU from the pod that really holds it just because the list happens to show the editor first.
+        for obj in sorted(items, key=_devices_edited):
             change.add(self._guarded("Pod", obj, functools.partial(self._relisted, obj, now, listed)))
         known = set(self.cluster.assignments) | set(self.orphans) | set(self.pending) | set(self.warm)
         for uid in known - listed:
@@ -353,6 +355,18 @@ class WatchedCluster:
             self.rejected[kind] += 1
             log.error("%s %s not taken into the model: %s: %s", kind, _describe(obj), type(err).__name__, err)
             return Change()
+
+
+def _devices_edited(obj: Any) -> bool:
+    """Whether the pod's devices annotation was written by a create, update or patch rather than by the
+    Binding that bound it. A Binding records no managed fields, so only such writes own the annotation
+    in `metadata.managedFields`; a pod bound with its devices by a scheduler has no owner for it."""
+    field = "f:" + pods.DEVICES_ANNOTATION
+    try:
+        return any(field in ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})
+                   for entry in obj["metadata"].get("managedFields") or ())
+    except (AttributeError, KeyError, TypeError):
+        return True  # unreadable: trusted last
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -315,3 +315,20 @@ def test_the_model_reports_what_it_holds_per_node():
     found = model(node("a", gpus=2), node("cpu-only", gpus=0))
     found.pod_event("ADDED", incarnation("s", "uid-s", milli=250, node_name="a"), now=NOW)
     assert found.allocated() == [("a", "NVIDIA-A100-SXM4-40GB", 0.25)]
+
+
+def test_after_a_restart_a_devices_annotation_edited_after_binding_loses_to_the_pod_a_binding_gave_the_gpu():
+    """The relist of a restarted scheduler may show the editor first; a Binding records no managed fields, so
+    an annotation someone owns in managedFields was written afterwards, and is taken last."""
+    victim = incarnation("victim", "uid-v", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    forger = incarnation("a-forger", "uid-f", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    forger["metadata"]["managedFields"] = [{"manager": "kubectl-patch", "operation": "Update", "fieldsType": "FieldsV1",
+                                           "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{DEVICES}": {}}}}}]
+    found = model(node("a", gpus=2))
+    found.pods_relisted([forger, victim], now=NOW)
+    assert found.cluster.assignments["uid-v"].devices == (pods.Device(0, 1000),)
+    assert found.cluster.assignments["uid-f"].devices == (pods.Device(1, 1000),)
+    [(facts, message)] = found.take_conflicts()
+    assert facts.uid == "uid-f" and "using GPU 1" in message
+    forger["metadata"]["managedFields"] = "not a list"  # a shape nobody writes: taken last, never an error
+    assert model(node("a", gpus=2)).pods_relisted([forger, victim], now=NOW).freed
