@@ -58,7 +58,7 @@ def api(plane: cp.ControlPlane) -> Iterator[Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if report.failed and "plane" in getattr(item, "fixturenames", ()):
+    if report.failed and any(name.endswith("plane") for name in getattr(item, "fixturenames", ())):
         for source in LOG_SOURCES:
             try:
                 title, text = source()

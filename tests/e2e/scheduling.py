@@ -1,17 +1,28 @@
-"""Running `gpu-scheduler run` against the test control plane, and checks from API objects alone."""
+"""Running `gpu-scheduler run` and `gpu-scheduler extender` against the test control plane, and checks from
+API objects alone."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests import servers
+
+GPU = "nvidia.com/gpu"
+MILLI = "gpu-scheduler.io/gpu-milli"
+DEVICES = "gpu-scheduler.io/gpu-devices"
+SHIPPED_KUBE_SCHEDULER_CONFIG = (Path(__file__).parents[2] / "manifests" / "components" / "extender"
+                                 / "kube-scheduler-extender-config.yaml")
 
 
 @dataclass
@@ -37,30 +48,153 @@ def start_scheduler(kubeconfig: Path, log_dir: Path, *args: str, name: str = "sc
     return SchedulerProcess(process, log, port)
 
 
+def start_extender(kubeconfig: Path, config_file: Path | None, log_dir: Path, config_map: str | None = None, *,
+                   min_nodes: int = 0, port: int | None = None, ready: bool = True) -> SchedulerProcess:
+    """`gpu-scheduler extender` on loopback (`port`, else a free one), once /readyz says both watches have
+    listed and its model holds at least `min_nodes` nodes (or, without `ready`, once it serves /healthz)."""
+    source = ["--config", str(config_file)] if config_file else ["--config-map", str(config_map)]
+    for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
+        chosen = port or servers.free_port()
+        log = log_dir / f"extender-{chosen}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpu_scheduler", "extender", *source,
+             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(chosen)],
+            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=os.environ.copy(),
+        )
+        server = SchedulerProcess(process, log, chosen)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                status, body = request(server, "GET", "/readyz" if ready else "/healthz")
+                if status == 200 and (not ready or body["nodes"] >= min_nodes):
+                    return server
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.1)
+        server.stop()
+        if port is not None or "Address already in use" not in server.logs():
+            raise RuntimeError(f"gpu-scheduler extender did not become ready:\n{server.logs()[-6000:]}")
+    raise RuntimeError("gpu-scheduler extender could not bind a free port")
+
+
+def request(server: SchedulerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+        kind = response.getheader("Content-Type") or ""
+        return response.status, json.loads(data) if kind.startswith("application/json") else data.decode()
+    finally:
+        connection.close()
+
+
+def kube_scheduler_config(port: int, profile: str, *, every_pod: bool = False) -> str:
+    """The shipped KubeSchedulerConfiguration, pointed at the extender on loopback and given its own profile;
+    `every_pod` sends every pod of the profile through the extender (GPU shares too), with full Nodes."""
+    shipped = yaml.safe_load(SHIPPED_KUBE_SCHEDULER_CONFIG.read_text())
+    del shipped["clientConnection"]  # the control plane sets its own
+    shipped["profiles"] = [{"schedulerName": profile}]
+    [extender_config] = shipped["extenders"]
+    extender_config["urlPrefix"] = f"http://127.0.0.1:{port}"
+    if every_pod:
+        del extender_config["managedResources"]
+        extender_config["nodeCacheCapable"] = False
+    return yaml.safe_dump(shipped)
+
+
+def api_json(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """A list or read call's answer as the API's JSON (plain dicts, annotations as the apiserver holds them)."""
+    response = call(*args, _preload_content=False, **kwargs)
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+def pod_name(pod: dict[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+
+
+def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods that hold their node's resources: bound and not finished."""
+    return [p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")]
+
+
+def whole_gpus(pod: dict[str, Any]) -> int:
+    """Whole GPUs the pod declares: its containers' nvidia.com/gpu (requests, defaulting to limits)."""
+    total = 0
+    for container in pod["spec"].get("containers") or []:
+        resources = container.get("resources") or {}
+        value = str((resources.get("requests") or {}).get(GPU, (resources.get("limits") or {}).get(GPU, "0")))
+        total += int(value) if value.isascii() and value.isdigit() else 0
+    return total
+
+
+def share_milli(pod: dict[str, Any]) -> int:
+    """The share of one GPU the pod asks for (gpu-scheduler.io/gpu-milli, 1..999), 0 for none."""
+    value = str((pod["metadata"].get("annotations") or {}).get(MILLI, ""))
+    return int(value) if value.isascii() and value.isdigit() and 0 < int(value) < 1000 else 0
+
+
+def devices_of(pod: dict[str, Any]) -> list[tuple[int, int]] | None:
+    """[(index, milli)] from the devices annotation; None when absent or not of that shape."""
+    text = (pod["metadata"].get("annotations") or {}).get(DEVICES)
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text)
+        devices = [(d["index"], d.get("milli", 1000)) for d in raw]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return devices if all(type(i) is int and type(m) is int for i, m in devices) else None
+
+
+def allocatable_gpus(node: dict[str, Any]) -> int:
+    value = str(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0"))
+    return int(value) if value.isascii() and value.isdigit() else 0
+
+
+def capacity_problems(pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]], *, scheduler: str | None = None,
+                      devices: dict[str, list[tuple[int, int]]] | None = None) -> list[str]:
+    """GPUs as the bound pods hold them: no node holds more whole GPUs than it has, every recorded GPU exists,
+    no GPU is given beyond 1000 thousandths, and a whole GPU is nobody else's. The GPU pods of `scheduler`
+    must also carry devices that match their request (n whole GPUs, or one GPU with their share).
+    `devices` replaces the annotation of the pods it names (what they held when bound)."""
+    problems = []
+    whole: defaultdict[str, int] = defaultdict(int)
+    use: defaultdict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
+    for pod in bound(pods):
+        name, node = pod_name(pod), pod["spec"]["nodeName"]
+        gpus, milli = whole_gpus(pod), share_milli(pod)
+        held = (devices or {}).get(name, devices_of(pod))
+        whole[node] += gpus
+        if node not in nodes:
+            problems.append(f"{name}: bound to node {node}, which does not exist")
+            continue
+        wanted = [1000] * gpus if gpus else [milli] if milli else []
+        ours = scheduler is not None and pod["spec"].get("schedulerName") == scheduler
+        if ours and wanted and (held is None or sorted(m for _, m in held) != wanted
+                                or len({i for i, _ in held}) != len(held)):
+            problems.append(f"{name} on {node}: devices {held} do not match its request "
+                            f"({f'{gpus} whole GPU(s)' if gpus else f'{milli}/1000 of one GPU'})")
+        for index, share in held or []:
+            if not 0 <= index < allocatable_gpus(nodes[node]):
+                problems.append(f"{name}: GPU {index} does not exist on {node}")
+            use[(node, index)].append((name, share))
+    for node, count in sorted(whole.items()):
+        have = allocatable_gpus(nodes[node]) if node in nodes else 0
+        if count > have:
+            problems.append(f"{node}: {count} whole GPUs bound on {have} allocatable")
+    for (node, index), holders in sorted(use.items()):
+        total = sum(m for _, m in holders)
+        if total > 1000:
+            problems.append(f"{node} GPU {index}: given to " + ", ".join(f"{p} ({m})" for p, m in holders)
+                            + f" = {total}/1000")
+    return problems
+
+
 def overcommit_problems(core: Any) -> list[str]:
     """Every bound pod's GPUs and devices against its node, from the API objects alone."""
-    problems = []
-    allocatable = {n.metadata.name: int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
-                   for n in core.list_node().items}
-    whole: defaultdict[str, int] = defaultdict(int)
-    device_milli: defaultdict[tuple[str, int], int] = defaultdict(int)
-    for pod in core.list_pod_for_all_namespaces().items:
-        node = pod.spec.node_name
-        if not node or pod.status.phase in ("Succeeded", "Failed"):
-            continue
-        gpus = sum(int(((c.resources.limits if c.resources else None) or {}).get("nvidia.com/gpu", "0"))
-                   for c in pod.spec.containers)
-        whole[node] += gpus
-        text = (pod.metadata.annotations or {}).get("gpu-scheduler.io/gpu-devices")
-        if text:
-            for device in json.loads(text):
-                if device["index"] >= allocatable[node]:
-                    problems.append(f"{pod.metadata.name}: GPU {device['index']} does not exist on {node}")
-                device_milli[(node, device["index"])] += device.get("milli", 1000)
-    for node, used in whole.items():
-        if used > allocatable.get(node, 0):
-            problems.append(f"{node}: {used} GPUs bound, {allocatable.get(node, 0)} allocatable")
-    for (node, index), milli in device_milli.items():
-        if milli > 1000:
-            problems.append(f"{node} GPU {index}: {milli}/1000 given out")
-    return problems
+    nodes = {n["metadata"]["name"]: n for n in api_json(core.list_node)["items"]}
+    return capacity_problems(api_json(core.list_pod_for_all_namespaces)["items"], nodes)

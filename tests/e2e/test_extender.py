@@ -8,12 +8,7 @@ extender's doing. A second kube-scheduler asks the extender about every pod of i
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests import servers
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
-from tests.e2e.scheduling import SchedulerProcess, overcommit_problems
+from tests.e2e.scheduling import SchedulerProcess, kube_scheduler_config, overcommit_problems, request, start_extender
 
 COMPONENT = Path(__file__).parents[2] / "manifests" / "components" / "extender"
-SHIPPED = COMPONENT / "kube-scheduler-extender-config.yaml"
 SUFFIX = uuid.uuid4().hex[:5]
 POOL = f"ext-{SUFFIX}"
 MANAGED = f"gpu-extender-{SUFFIX}"  # profile of the kube-scheduler that runs the shipped configuration
@@ -61,63 +54,10 @@ def extender(plane: cp.ControlPlane, pool: None, tmp_path_factory: pytest.TempPa
     work = tmp_path_factory.mktemp("extender")
     config_file = work / "config.yaml"
     config_file.write_text(CONFIG)
-    server = start_extender(plane.kubeconfig, config_file, work)
+    server = start_extender(plane.kubeconfig, config_file, work, min_nodes=len(GPUS))
     LOG_SOURCES.append(lambda: ("gpu-scheduler extender", server.logs()[-8000:]))
     yield server
     server.stop()
-
-
-def start_extender(kubeconfig: Path, config_file: Path | None, log_dir: Path,
-                   config_map: str | None = None) -> SchedulerProcess:
-    """`gpu-scheduler extender` on a free loopback port, once /readyz says both watches have listed."""
-    source = ["--config", str(config_file)] if config_file else ["--config-map", str(config_map)]
-    for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
-        port = servers.free_port()
-        log = log_dir / f"extender-{port}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_scheduler", "extender", *source,
-             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=os.environ.copy(),
-        )
-        server = SchedulerProcess(process, log, port)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                status, body = request(server, "GET", "/readyz")
-                if status == 200 and body["nodes"] >= len(GPUS):
-                    return server
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(0.1)
-        server.stop()
-        if "Address already in use" not in server.logs():
-            raise RuntimeError(f"gpu-scheduler extender did not become ready:\n{server.logs()}")
-    raise RuntimeError("gpu-scheduler extender could not bind a free port")
-
-
-def request(server: SchedulerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        data = response.read()
-        kind = response.getheader("Content-Type") or ""
-        return response.status, json.loads(data) if kind.startswith("application/json") else data.decode()
-    finally:
-        connection.close()
-
-
-def kube_scheduler_config(port: int, profile: str, *, every_pod: bool = False) -> str:
-    """The shipped configuration, pointed at the extender on loopback and given its own profile."""
-    shipped = yaml.safe_load(SHIPPED.read_text())
-    del shipped["clientConnection"]  # the control plane sets its own
-    shipped["profiles"] = [{"schedulerName": profile}]
-    [extender_config] = shipped["extenders"]
-    extender_config["urlPrefix"] = f"http://127.0.0.1:{port}"
-    if every_pod:
-        del extender_config["managedResources"]
-        extender_config["nodeCacheCapable"] = False
-    return yaml.safe_dump(shipped)
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +213,7 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
     cp.create_gpu_node(api, nodes[0], gpus=2, labels={"e2e-pool": pool})
     cp.create_gpu_node(api, nodes[1], gpus=1, model="NVIDIA-L4", memory_mib=24576, labels={"e2e-pool": pool})
     server = start_extender(plane.kubeconfig_for_service_account(NAMESPACE, "gpu-scheduler-extender"), None,
-                            tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config")
+                            tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config", min_nodes=len(GPUS))
     shipped = yaml.safe_load((COMPONENT / "kube-scheduler-config.yaml").read_text())
     profile = f"gpu-overlay-{SUFFIX}"  # the shipped `gpu-scheduler` would also take other tests' pods
     assert [p["schedulerName"] for p in shipped["profiles"]] == ["gpu-scheduler"]
