@@ -333,8 +333,7 @@ class Extender:
             self._write(args, devices)
         except BaseException as err:
             if assumed:  # this call's assumption (a retried bind leaves the first one's alone)
-                with self.lock:
-                    self.model.forget(args.uid)  # by UID: a new pod of the same name keeps its place
+                self._settle(args)
             if not isinstance(err, BindError):
                 raise
             log.warning("binding %s to %s failed: %s", args.key, args.node, err)
@@ -343,6 +342,25 @@ class Extender:
             self.model.finish_binding(args.uid, now=_now())
         log.info("bound %s to %s with GPU devices %s", args.key, args.node, pods.format_devices(devices))
         return {"Error": ""}
+
+    def _settle(self, args: BindingArgs) -> None:
+        """After a failed Binding, the model follows what the API says of the pod (by UID). The apiserver may
+        have stored the Binding before the connection broke: forgetting it blindly would give its GPUs twice.
+        When the API cannot be asked, the devices stay held until the watch shows the pod, or a relist after
+        the assumption's TTL shows it unbound (see scheduler_core.watched)."""
+        pod: dict[str, Any] | None = None
+        unknown = False
+        try:
+            pod = binding.read_pod(self.core, namespace=args.namespace, name=args.pod_name)
+        except ApiException as err:
+            unknown = err.status != 404  # 404: gone
+        except (HTTPError, OSError, ValueError):
+            unknown = True
+        with self.lock:
+            if unknown:
+                self.model.finish_binding(args.uid, now=_now())
+            else:
+                self.model.confirm(args.uid, pod, now=_now())
 
     def _pod_for(self, args: BindingArgs) -> dict[str, Any]:
         """The Pod of the last /filter for this UID, else read from the API."""

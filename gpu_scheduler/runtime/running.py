@@ -37,7 +37,7 @@ REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedul
 WARMUP_RETRY = 30.0
 UNREAD = object()  # after a failed binding: the API could not be asked what became of the pod
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
-               "config": "Config"}
+               "unreported": "Pod", "config": "Config"}
 
 
 class LiveScheduler:
@@ -154,6 +154,9 @@ class LiveScheduler:
                 self._on_bound(*event[1:])
             elif kind == "refused":
                 self._on_refused(*event[1:])
+            elif kind == "unreported":
+                if self.reported.get(event[1], ("",))[0] == event[2]:
+                    del self.reported[event[1]]
             elif kind == "config":
                 self._on_config(event[1])
         except Exception:
@@ -283,6 +286,7 @@ class LiveScheduler:
                            {"status": {"conditions": [condition]}}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
         except (ApiException, HTTPError, OSError) as err:
             log.warning("cannot set PodScheduled=False on %s: %s", pending.key, watching.describe_error(err))
+            self.events.put(("unreported", pending.uid, message))  # say it again at the next attempt
         self._record_event(pending, "Warning", "FailedScheduling", message)
 
     def _record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:

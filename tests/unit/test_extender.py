@@ -59,6 +59,8 @@ class FakeCore:
         self.calls: list[tuple[str, str, Any]] = []
         self.binding_error: Reply | None = None
         self.while_binding: Any = None  # called once, as a Binding arrives: what happens meanwhile
+        self.lose_answers = False  # the Binding is stored, then the connection breaks before the answer
+        self.unreadable = False  # reading a pod fails as when the apiserver is down
         self.lock = threading.Lock()
         self.api_client = SimpleNamespace(configuration=SimpleNamespace(host="https://apiserver", auth_settings=dict),
                                           rest_client=SimpleNamespace(pool_manager=self))
@@ -69,6 +71,8 @@ class FakeCore:
     def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Reply:
         with self.lock:
             self.calls.append(("read", f"{namespace}/{name}", None))
+            if self.unreadable:
+                raise OSError("connection refused")
             if (namespace, name) not in self.pods:
                 raise ApiException(status=404, reason="Not Found")
             return Reply(self.pods[(namespace, name)])
@@ -92,6 +96,8 @@ class FakeCore:
                 return Reply({"kind": "Status", "message": "already assigned"}, 409, "Conflict")
             current["spec"]["nodeName"] = binding["target"]["name"]
             current["metadata"].setdefault("annotations", {}).update(binding["metadata"]["annotations"])
+            if self.lose_answers:
+                raise OSError("connection reset by peer")
             return Reply({"kind": "Status", "status": "Success"}, 201, "Created")
 
 
@@ -305,6 +311,21 @@ def test_a_retried_bind_that_fails_leaves_the_first_binds_devices_accounted():
                                "Internal Server Error")
     assert post(client, "bind", binding(first, "n"))["Error"].endswith("HTTP 500 etcdserver: request timed out")
     assert set(ext.model.assumed) == {"uid-p"} and ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 1000
+
+
+@pytest.mark.parametrize("unreadable", [False, True], ids=["the API shows it bound", "the API cannot be asked"])
+def test_a_binding_stored_whose_answer_was_lost_keeps_its_devices(unreadable):
+    """The apiserver stored the Binding, then the connection broke: the GPUs are the pod's, not free."""
+    ext, core, client = make(node("n", gpus=1))
+    first, second = gpu_pod("p", gpus=1), gpu_pod("q", gpus=1)
+    core.lose_answers = True
+    core.while_binding = lambda: setattr(core, "unreadable", unreadable)  # the apiserver goes away meanwhile
+    core.add(first)
+    assert post(client, "bind", binding(first, "n"))["Error"] == "binding ns/p to n: OSError: connection reset by peer"
+    core.lose_answers = core.unreadable = False
+    assert ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 1000
+    assert bind(client, core, second, "n") != ""
+    assert DEVICES not in core.pods[("ns", "q")]["metadata"].get("annotations", {})
 
 
 @pytest.mark.parametrize(("args", "error"), [

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_scheduler.runtime import running, standalone
+from scheduler_core import watched
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -214,3 +215,21 @@ def test_healthz_fails_when_a_watch_has_been_down_longer_than_a_minute(scheduler
     assert standalone._health_problems(scheduler) == ["Pods: watch down for 75 s"]
     scheduler.watches.reflectors[1]._down_since = None  # established again
     assert standalone._health_problems(scheduler) == []
+
+
+def test_an_unschedulable_reason_that_could_not_be_written_is_written_again_at_the_next_attempt(scheduler, monkeypatch):
+    """While the apiserver is away the PodScheduled=False write fails; the pod must not then wait a minute
+    without a reason."""
+    writes: list[str] = []
+
+    def fake_request(api, method, path, body, **_):
+        writes.append(path)
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(running.rawapi, "request", fake_request)
+    waiting = watched.PendingPod("ns", "big", "uid-big", None)  # type: ignore[arg-type]
+    scheduler._report_unschedulable(waiting, "0/0 nodes are available")
+    scheduler.reporter.shutdown(wait=True)  # the write (and its event) has been tried
+    assert writes[0] == "/api/v1/namespaces/ns/pods/big/status"
+    scheduler._handle(scheduler.events.get(timeout=5))
+    assert "uid-big" not in scheduler.reported  # so the next attempt writes it again
