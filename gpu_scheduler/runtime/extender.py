@@ -218,6 +218,7 @@ class Extender:
         # that follows in the same scheduling cycle: kube-scheduler, too, scores against the snapshot it filtered
         self.filtered: OrderedDict[str, tuple[frozenset[str], dict[str, float]]] = OrderedDict()
         self.watches = watching.ClusterWatches([])  # none until start(): unit tests fill the model directly
+        self.unsettled: set[str] = set()  # uids whose Binding may or may not have been stored (see _settle)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -285,6 +286,9 @@ class Extender:
 
     def filter(self, candidates: Candidates) -> ExtenderFilterResult:
         facts = self.model.facts_of(candidates.pod)
+        if facts.uid in self.unsettled:  # kube-scheduler tries it again: ask the API what our bind did
+            metadata = candidates.pod["metadata"]
+            self._settle(BindingArgs(metadata["name"], metadata.get("namespace") or "default", facts.uid, ""))
         with self.lock:
             self._remember(candidates.pod)
             known = [name for name in candidates.names if name in self.model.cluster.index]
@@ -346,8 +350,9 @@ class Extender:
     def _settle(self, args: BindingArgs) -> None:
         """After a failed Binding, the model follows what the API says of the pod (by UID). The apiserver may
         have stored the Binding before the connection broke: forgetting it blindly would give its GPUs twice.
-        When the API cannot be asked, the devices stay held until the watch shows the pod, or a relist after
-        the assumption's TTL shows it unbound (see scheduler_core.watched)."""
+        When the API cannot be asked, the devices stay held, and the pod is asked about again when kube-scheduler
+        filters it next (it retries only pods it sees unbound); until then the watch, or a relist after the
+        assumption's TTL, may settle it (see scheduler_core.watched)."""
         pod: dict[str, Any] | None = None
         unknown = False
         try:
@@ -359,8 +364,10 @@ class Extender:
         with self.lock:
             if unknown:
                 self.model.finish_binding(args.uid, now=_now())
+                self.unsettled.add(args.uid)
             else:
                 self.model.confirm(args.uid, pod, now=_now())
+                self.unsettled.discard(args.uid)
 
     def _pod_for(self, args: BindingArgs) -> dict[str, Any]:
         """The Pod of the last /filter for this UID, else read from the API."""

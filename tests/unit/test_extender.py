@@ -328,6 +328,23 @@ def test_a_binding_stored_whose_answer_was_lost_keeps_its_devices(unreadable):
     assert DEVICES not in core.pods[("ns", "q")]["metadata"].get("annotations", {})
 
 
+
+def test_a_binding_whose_fate_was_unknown_is_settled_when_kube_scheduler_filters_the_pod_again():
+    """The apiserver refused the Binding and could not be asked afterwards; kube-scheduler then retries the pod,
+    which it does only while it sees the pod unbound: the API is asked again, and the GPUs come free."""
+    ext, core, client = make(node("n", gpus=1))
+    first = gpu_pod("p", gpus=1)
+    core.add(first)
+    core.binding_error = Reply({"kind": "Status", "message": "etcdserver: leader changed"}, 500, "Internal Server Error")
+    core.while_binding = lambda: setattr(core, "unreadable", True)
+    assert post(client, "bind", binding(first, "n"))["Error"].endswith("etcdserver: leader changed")
+    assert ext.unsettled == {"uid-p"} and ext.model.cluster.gpu_used[ext.model.cluster.index["n"]] == 1000
+    core.binding_error, core.unreadable = None, False
+    assert filter_names(client, first, ["n"])["NodeNames"] == ["n"]  # asked again: not bound, its GPU is free
+    assert ext.unsettled == set()
+    assert bind(client, core, first, "n") == ""
+
+
 @pytest.mark.parametrize(("args", "error"), [
     ({"PodUID": "uid-old"}, "pod ns/p with UID uid-old no longer exists (found ns/p with UID uid-p)"),
     ({"PodName": "missing"}, "cannot read pod ns/missing: HTTP 404 Not Found"),
