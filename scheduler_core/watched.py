@@ -203,9 +203,6 @@ class WatchedCluster:
             return self._delete(uid)
         if spec.get("nodeName"):
             return self._seen_bound(uid, obj)
-        ours = (self.scheduler_name is not None and spec.get("schedulerName") == self.scheduler_name
-                and not metadata.get("deletionTimestamp"))
-        facts = self.facts_of(obj) if ours else None
         change = Change()
         assumption = self.assumed.get(uid)
         if assumption is not None:
@@ -216,7 +213,10 @@ class WatchedCluster:
             change.add(self.forget(uid))
         elif uid in self.cluster.assignments or uid in self.orphans:
             return change  # the watch has shown it bound: an unbound view of it is older
-        if facts is not None:
+        ours = (self.scheduler_name is not None and spec.get("schedulerName") == self.scheduler_name
+                and not metadata.get("deletionTimestamp"))
+        if ours:
+            facts = self.facts_of(obj)
             self.pending[uid] = PendingPod(str(metadata.get("namespace") or "default"), str(metadata.get("name")),
                                            uid, facts)
             change.queued[uid] = facts.priority
@@ -236,8 +236,7 @@ class WatchedCluster:
         if current is not None and self.cluster.node(current.node).name == node:
             pass  # accounted there already; the devices our decision chose stand
         elif current is None and orphan is not None and orphan.node_name == node:
-            if facts.devices is not None:
-                self.orphans[uid] = facts  # the API's record of its devices wins
+            pass  # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
         else:
             change.freed = self._release(uid)
             self._place(uid, facts)

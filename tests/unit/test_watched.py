@@ -332,3 +332,14 @@ def test_after_a_restart_a_devices_annotation_edited_after_binding_loses_to_the_
     assert facts.uid == "uid-f" and "using GPU 1" in message
     forger["metadata"]["managedFields"] = "not a list"  # a shape nobody writes: taken last, never an error
     assert model(node("a", gpus=2)).pods_relisted([forger, victim], now=NOW).freed
+
+
+def test_an_annotation_edited_while_its_node_is_away_moves_nothing_when_the_node_returns():
+    found = model(node("a", gpus=2))
+    mine = incarnation("p", "uid-p", gpus=1, node_name="a", devices='[{"index":1,"milli":1000}]')
+    found.pod_event("ADDED", mine, now=NOW)
+    found.node_event("DELETED", node("a", gpus=2), now=NOW)
+    edited = incarnation("p", "uid-p", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    found.pod_event("MODIFIED", edited, now=NOW)
+    found.node_event("ADDED", node("a", gpus=2), now=NOW)
+    assert used(found, "a") == [0, 1000]
