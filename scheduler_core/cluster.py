@@ -16,7 +16,7 @@ import numpy as np
 
 from scheduler_core import fields
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
-from scheduler_core.pods import DEVICES_ANNOTATION, Device, PodFacts, format_devices
+from scheduler_core.pods import Device, PodFacts, format_devices
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
@@ -220,13 +220,13 @@ class Cluster:
         """Account a pod the API shows bound, on its recorded devices or else the first that fit.
 
         The API is the truth here, so a pod is accounted even when the node looks full. Its
-        recorded devices (the gpu-devices annotation, which anyone who may patch the pod can
-        write) are believed only when they match its own request exactly (N whole GPUs, or
-        one GPU with its gpu-milli share) and are free on the node. When recorded devices are
-        not believed, returns why and what was used instead, for the caller to report on the
-        pod: `annotation gpu-scheduler.io/gpu-devices [...] disagrees with the pod's request
-        (2 whole GPUs); using GPUs 0,1`. Otherwise (believed, none recorded, or nothing
-        restored) returns None.
+        recorded devices (the binder's status condition; for a pod without one, the gpu-devices
+        annotation, which anyone who may patch the pod can write) are believed only when they
+        match its own request exactly (N whole GPUs, or one GPU with its gpu-milli share) and
+        are free on the node. Returns, for the caller to report on the pod, why devices were not
+        believed and what was used instead (`annotation gpu-scheduler.io/gpu-devices [...]
+        disagrees with the pod's request (2 whole GPUs); using GPUs 0,1`), or how the annotation
+        differs from the record that was kept; otherwise None.
         """
         row = self.index.get(pod.node_name or "")
         if row is None or pod.identity in self.assignments:
@@ -236,8 +236,8 @@ class Cluster:
             misfit = self._conflict(row, pod, pod.devices)
             if misfit is None:
                 self._account(pod, row, pod.devices)
-                return None
-            conflict = f"annotation {DEVICES_ANNOTATION} {misfit}"
+                return f"{conflict}; keeping {_gpus(pod.devices)}" if conflict else None
+            conflict = f"{pod.devices_from} {misfit}"
         devices = self.first_fit(row, pod)
         self._account(pod, row, devices)
         return f"{conflict}; using {_gpus(devices)}" if conflict else None

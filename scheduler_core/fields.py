@@ -21,6 +21,11 @@ def mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def sequence(value: object) -> list[Any]:
+    """`value` if it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 def strings(value: object) -> dict[str, str]:
     """The string-to-string entries of an object (labels, annotations, a node selector)."""
     return {k: v for k, v in mapping(value).items() if isinstance(k, str) and isinstance(v, str)}

@@ -21,6 +21,10 @@ MODEL_ANNOTATION = "gpu.nvidia.com/model"
 MEMORY_ANNOTATION = "gpu.nvidia.com/memory"
 MILLI_ANNOTATION = "gpu-scheduler.io/gpu-milli"
 DEVICES_ANNOTATION = "gpu-scheduler.io/gpu-devices"
+# The pod status condition in which the binder records the devices it bound a pod with. Unlike the
+# annotation, which anyone who may patch the pod can rewrite, it takes pods/status to write, and
+# a create starts with an empty status: a tenant cannot forge it.
+DEVICES_CONDITION = "gpu-scheduler.io/GPUDevices"
 SPOT_ANNOTATION = "gpu-scheduler.io/spot"
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
 TERMINAL_PHASES = ("Succeeded", "Failed")  # such a pod holds no resources any more
@@ -55,8 +59,9 @@ class PodFacts:
     preferred_terms: tuple[tuple[int, predicates.Term], ...]
     spot: str | None
     app: str | None  # the application, for locality
-    devices: tuple[Device, ...] | None  # restored from the annotation of an assigned pod
-    devices_problem: str | None  # why that annotation could not be read, when it is there and could not
+    devices: tuple[Device, ...] | None  # restored from the record (or else the annotation) of an assigned pod
+    devices_from: str | None  # where `devices` were read, for messages: the condition or the annotation
+    devices_problem: str | None  # why the annotation could not be read, or how it differs from the record
     problems: tuple[str, ...]  # why the pod cannot be scheduled whatever the nodes
 
     @property
@@ -103,7 +108,7 @@ def parse(
     affinity = fields.mapping(fields.mapping(spec.get("affinity")).get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     node_name = spec.get("nodeName")
-    devices, devices_problem = _recorded_devices(annotations.get(DEVICES_ANNOTATION))
+    devices, devices_from, devices_problem = _assigned_devices(pod)
     return PodFacts(
         key=key_of(pod),
         uid=str(metadata.get("uid") or ""),
@@ -124,6 +129,7 @@ def parse(
         spot=_spot(annotations.get(SPOT_ANNOTATION), problems),
         app=next((labels[k] for k in locality_labels if labels.get(k)), None),
         devices=devices,
+        devices_from=devices_from,
         devices_problem=devices_problem,
         problems=tuple(problems),
     )
@@ -154,13 +160,35 @@ def parse_devices(text: object) -> tuple[Device, ...] | None:
     return tuple(devices)
 
 
-def _recorded_devices(value: object) -> tuple[tuple[Device, ...] | None, str | None]:
-    """The devices annotation and, when it is there but cannot be read, why."""
-    devices = parse_devices(value)
-    if devices is not None or value is None:
-        return devices, None
-    return None, (f"annotation {DEVICES_ANNOTATION}: must be a JSON list of at most {MAX_GPUS} GPUs "
-                  f"like [{{\"index\": 0, \"milli\": 1000}}], got {fields.shown(value)}")
+def recorded_devices(pod: Mapping[str, Any]) -> tuple[Device, ...] | None:
+    """The devices the binder recorded in the pod's DEVICES_CONDITION; None when there is no such record."""
+    for condition in fields.sequence(fields.mapping(pod.get("status")).get("conditions")):
+        condition = fields.mapping(condition)
+        if condition.get("type") == DEVICES_CONDITION and condition.get("status") == "True":
+            return parse_devices(condition.get("message"))
+    return None
+
+
+def devices_condition(devices: tuple[Device, ...]) -> dict[str, str]:
+    """The status condition that records a binding's devices (see DEVICES_CONDITION)."""
+    return {"type": DEVICES_CONDITION, "status": "True", "reason": "Bound", "message": format_devices(devices)}
+
+
+def _assigned_devices(pod: Mapping[str, Any]) -> tuple[tuple[Device, ...] | None, str | None, str | None]:
+    """(devices, where they were read, a problem with the annotation): the binder's record wins; the
+    annotation counts only for a pod without one (bound before records, or not by a scheduler of ours)."""
+    value = fields.mapping(fields.mapping(pod.get("metadata")).get("annotations")).get(DEVICES_ANNOTATION)
+    annotated = parse_devices(value)
+    unreadable = None if annotated is not None or value is None else (
+        f"annotation {DEVICES_ANNOTATION}: must be a JSON list of at most {MAX_GPUS} GPUs "
+        f"like [{{\"index\": 0, \"milli\": 1000}}], got {fields.shown(value)}")
+    recorded = recorded_devices(pod)
+    if recorded is None:
+        return annotated, (f"annotation {DEVICES_ANNOTATION}" if annotated is not None else None), unreadable
+    edited = None if value is None or annotated == recorded else (
+        f"annotation {DEVICES_ANNOTATION} {fields.shown(value)} differs from the devices recorded at binding "
+        f"(condition {DEVICES_CONDITION})")
+    return recorded, f"condition {DEVICES_CONDITION}", edited
 
 
 def format_devices(devices: tuple[Device, ...]) -> str:

@@ -180,9 +180,10 @@ class WatchedCluster:
         """The pods as a list shows them: what it does not hold is gone, whatever we knew of it."""
         listed: set[str] = set()
         change = Change(freed=True)
-        # Pods whose devices a Binding recorded first: a tenant's later edit of the annotation must not win a
-        # GPU from the pod that really holds it just because the list happens to show the editor first.
-        for obj in sorted(items, key=_devices_edited):
+        # Pods whose devices the binder recorded first, then those whose annotation only a Binding wrote: a
+        # tenant's edit of the annotation must not win a GPU from the pod that really holds it just because
+        # the list happens to show the editor first.
+        for obj in sorted(items, key=_distrust):
             change.add(self._guarded("Pod", obj, functools.partial(self._relisted, obj, now, listed)))
         known = set(self.cluster.assignments) | set(self.orphans) | set(self.pending) | set(self.warm)
         for uid in known - listed:
@@ -356,16 +357,19 @@ class WatchedCluster:
             return Change()
 
 
-def _devices_edited(obj: Any) -> bool:
-    """Whether the pod's devices annotation was written by a create, update or patch rather than by the
-    Binding that bound it. A Binding records no managed fields, so only such writes own the annotation
-    in `metadata.managedFields`; a pod bound with its devices by a scheduler has no owner for it."""
+def _distrust(obj: Any) -> int:
+    """0: the pod's devices are in the binder's record (see pods.DEVICES_CONDITION), which tenants cannot
+    write. 1: no record, but no create, update or patch wrote the devices annotation (a Binding records no
+    managed fields, so only such writes own it in `metadata.managedFields`). 2: anything else."""
     field = "f:" + pods.DEVICES_ANNOTATION
     try:
-        return any(field in ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})
-                   for entry in obj["metadata"].get("managedFields") or ())
+        if pods.recorded_devices(obj) is not None:
+            return 0
+        edited = any(field in ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})
+                     for entry in obj["metadata"].get("managedFields") or ())
+        return 2 if edited else 1
     except (AttributeError, KeyError, TypeError):
-        return True  # unreadable: trusted last
+        return 2  # unreadable: trusted last
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

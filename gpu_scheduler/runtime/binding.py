@@ -1,32 +1,59 @@
-"""Binding a pod to a node: the one write that places a pod, isolated here, and the read that
-tells what became of a pod when it failed.
+"""Binding a pod to a node: the one write that places a pod, isolated here, the record of its
+devices, and the read that tells what became of a pod when the binding failed.
 
 The Binding carries the pod's GPU devices as an annotation; the apiserver copies a
 Binding's annotations onto the pod in the same write that sets spec.nodeName, so a pod
-is never bound without its devices (a restarted scheduler restores them from the pod).
+is never bound without its devices, and the workload can read them. Anyone who may patch
+the pod can rewrite that annotation, though, so the binder then records the same devices
+in a status condition (scheduler_core.pods.DEVICES_CONDITION), which takes pods/status to
+write: a restarted scheduler believes the record first.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
-from gpu_scheduler import rawapi
+from gpu_scheduler import rawapi, watching
+from scheduler_core import pods
+
+log = logging.getLogger(__name__)
 
 
 def bind(api: client.ApiClient, *, namespace: str, name: str, uid: str | None, node: str,
-         annotations: dict[str, str] | None = None) -> None:
+         devices: tuple[pods.Device, ...] = ()) -> None:
     """POST the Binding; raises ApiException with the apiserver's status on refusal (409: already bound)."""
+    annotations = {pods.DEVICES_ANNOTATION: pods.format_devices(devices)} if devices else {}
     body = {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations or {}},
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations},
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     rawapi.request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body)
+
+
+def record_devices(api: client.ApiClient, *, namespace: str, name: str, uid: str,
+                   devices: tuple[pods.Device, ...]) -> bool:
+    """Set the bound pod's devices condition; whether it was set. The UID in the patch makes the apiserver
+    refuse (422) a pod re-created under the name. A failure is logged, not raised: the pod is bound and its
+    annotation holds the devices; only a tenant's later edit of it could then mislead a restarted scheduler."""
+    body = {"metadata": {"uid": uid}, "status": {"conditions": [pods.devices_condition(devices)]}}
+    try:
+        rawapi.request(api, "PATCH", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status", body,
+                       content_type=rawapi.STRATEGIC_MERGE_PATCH)
+    except (ApiException, HTTPError, OSError) as err:
+        log.warning("pod %s/%s is bound, but its devices %s could not be recorded in condition %s: %s",
+                    namespace, name, pods.format_devices(devices), pods.DEVICES_CONDITION,
+                    watching.describe_error(err))
+        return False
+    return True
 
 
 def read_pod(core: Any, *, namespace: str, name: str) -> dict[str, Any]:

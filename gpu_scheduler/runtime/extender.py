@@ -3,8 +3,8 @@
 For clusters that keep kube-scheduler. kube-scheduler runs its own filters, then POSTs
 extender/v1 JSON (Go field names as keys, no JSON tags) about the nodes left; we answer from
 our own model of the cluster, fed by Node and Pod watches, and we bind, because only the
-binder can choose the GPU devices and record them (`gpu-scheduler.io/gpu-devices`) before
-the pod starts.
+binder can choose the GPU devices and record them (`gpu-scheduler.io/gpu-devices`, then the
+pod's devices condition) before the pod starts.
 
 One process, one model, one lock. Requests arrive on several threads (gunicorn gthread), and
 a bind must see every earlier bind's devices; several worker processes would each hold a
@@ -22,8 +22,10 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -37,7 +39,7 @@ from urllib3.exceptions import HTTPError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_scheduler import sources, watching
-from gpu_scheduler.runtime import binding, model_metrics
+from gpu_scheduler.runtime import binding, events, model_metrics
 from scheduler_core import cluster, framework, pods, watched
 from webhook import config, reloading
 from webhook import metrics as shared_metrics
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority; kube-scheduler adds score * weight * 10
 MAX_BODY_BYTES = 128 * 2**20  # full Nodes (nodeCacheCapable: false) of a few thousand nodes
 NOT_CACHED = "node not in the extender's cache yet"
+COMPONENT = "gpu-scheduler-extender"  # the source of its events
 REMEMBERED_PODS = 4096  # Pods from /filter kept for /bind, whose arguments carry only names
 FILTERED_SCORES = 64  # the scores /filter computed, kept for the /prioritize of the same pod that follows
 # Rejections that evicting pods can cure. Every other rejection (GPU model, taints, affinity, a node we
@@ -219,6 +222,10 @@ class Extender:
         self.filtered: OrderedDict[str, tuple[frozenset[str], dict[str, float]]] = OrderedDict()
         self.watches = watching.ClusterWatches([])  # none until start(): unit tests fill the model directly
         self.unsettled: set[str] = set()  # uids whose Binding may or may not have been stored (see _settle)
+        # Device records and events go through their own small pool: never under the lock, never in the
+        # way of kube-scheduler's calls.
+        self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
+        self.identity = f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -233,6 +240,7 @@ class Extender:
 
     def stop(self) -> None:
         self.watches.stop()
+        self.reporter.shutdown(wait=False, cancel_futures=True)
 
     @property
     def synced(self) -> bool:
@@ -269,7 +277,9 @@ class Extender:
             except Exception:
                 self.model.rejected[kind] += 1
                 log.exception("a %s update of the model failed; going on", kind)
-            self.model.take_conflicts()  # logged by the model; this mode writes no events
+            conflicts = self.model.take_conflicts()
+        for facts, message in conflicts:
+            self._report(self._record_event, facts, "Warning", "GPUDevicesConflict", message)
 
     def model_view(self) -> model_metrics.ModelView:
         with self.lock:
@@ -345,7 +355,24 @@ class Extender:
         with self.lock:
             self.model.finish_binding(args.uid, now=_now())
         log.info("bound %s to %s with GPU devices %s", args.key, args.node, pods.format_devices(devices))
+        if devices:
+            self._report(binding.record_devices, self.core.api_client, namespace=args.namespace,
+                         name=args.pod_name, uid=args.uid, devices=devices)
         return {"Error": ""}
+
+    def _record_event(self, facts: pods.PodFacts, kind: str, reason: str, message: str) -> None:
+        namespace, _, name = facts.key.partition("/")
+        events.record(self.core.api_client, namespace=namespace, name=name, uid=facts.uid, kind=kind,
+                      reason=reason, message=message, component=COMPONENT, instance=self.identity)
+
+    def _report(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Run `write` on the reporter pool; not at all without an API (unit tests) or once stopped."""
+        if self.core is None:
+            return
+        try:
+            self.reporter.submit(write, *args, **kwargs)
+        except RuntimeError:  # shut down
+            pass
 
     def _settle(self, args: BindingArgs) -> None:
         """After a failed Binding, the model follows what the API says of the pod (by UID). The apiserver may
@@ -412,10 +439,9 @@ class Extender:
     def _write(self, args: BindingArgs, devices: tuple[pods.Device, ...]) -> None:
         """POST the Binding with the devices annotation, which the apiserver writes onto the pod in the same
         update that sets its node (as `gpu-scheduler run` binds); its UID refuses a pod recreated meanwhile."""
-        annotations = {pods.DEVICES_ANNOTATION: pods.format_devices(devices)} if devices else None
         try:
             binding.bind(self.core.api_client, namespace=args.namespace, name=args.pod_name, uid=args.uid,
-                         node=args.node, annotations=annotations)
+                         node=args.node, devices=devices)
         except ApiException as err:
             if err.status == 409 and self._bound_there(args):
                 return  # bound to this node already (a retried bind): done

@@ -3,8 +3,8 @@
 One loop thread owns the watched model (scheduler_core.watched), the queue and every decision;
 node and pod watches and the binder threads only post events to it, so the model needs no locks
 and an assumption is never raced by an update. A decision is assumed into the model at once and
-bound asynchronously (one Binding that carries the devices annotation), so the loop never waits on
-an API round trip. A binding that fails is re-checked: the binder thread reads the pod and reports
+bound asynchronously (one Binding that carries the devices annotation, then a status condition that
+records them), so the loop never waits on an API round trip. A binding that fails is re-checked: the binder thread reads the pod and reports
 what the API says; bound somewhere, the model follows; still pending (the same UID), the pod is
 retried after a backoff; gone, or another pod of its name, it is forgotten.
 """
@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
-from gpu_scheduler.runtime import binding, metrics
+from gpu_scheduler.runtime import binding, events, metrics
 from scheduler_core import framework, pods, queueing, warmup, watched
 from webhook import config
 
@@ -216,18 +216,21 @@ class LiveScheduler:
         failure, with what the API says of the pod now (read here, so the loop never waits on the API).
 
         The devices travel on the Binding (see gpu_scheduler.runtime.binding): one call, and no pod is
-        ever bound without its devices, so a restart restores them from the pod.
+        ever bound without its devices, so a restart restores them from the pod. Once the loop has heard,
+        the devices are recorded where tenants cannot rewrite them (a status condition).
         """
-        annotations = {pods.DEVICES_ANNOTATION: pods.format_devices(decision.devices)} if decision.devices else {}
         try:
             binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
-                         node=decision.node or "", annotations=annotations)
+                         node=decision.node or "", devices=decision.devices)
         except (ApiException, HTTPError, OSError) as err:
             self.events.put(("refused", pending, decision.node, err, self._read(pending)))
             return
         self.events.put(("bound", pending, decision.node))
         self.reporter.submit(self._record_event, pending, "Normal", "Scheduled",
                              f"Successfully assigned {pending.key} to {decision.node}")
+        if decision.devices:
+            binding.record_devices(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
+                                   devices=decision.devices)
 
     def _read(self, pending: watched.PendingPod) -> Any:
         """The pod as the API has it (None: not found), or UNREAD when the API cannot be asked."""
@@ -290,21 +293,9 @@ class LiveScheduler:
         self._record_event(pending, "Warning", "FailedScheduling", message)
 
     def _record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:
-        now = _timestamp()
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{pending.name}.{uuid.uuid4().hex[:12]}", "namespace": pending.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pending.name,
-                               "namespace": pending.namespace, "uid": pending.uid},
-            "type": kind, "reason": reason, "message": message[:1024],
-            "source": {"component": self.settings.scheduler_name},
-            "reportingComponent": self.settings.scheduler_name, "reportingInstance": self.identity,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
-        try:
-            rawapi.request(self.api, "POST", f"/api/v1/namespaces/{quote(pending.namespace)}/events", event)
-        except (ApiException, HTTPError, OSError) as err:
-            log.debug("cannot record event %s on %s: %s", reason, pending.key, watching.describe_error(err))
+        events.record(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid, kind=kind,
+                      reason=reason, message=message, component=self.settings.scheduler_name,
+                      instance=self.identity)
 
     # --- deletion-cost warm-up ------------------------------------------------------------------
 

@@ -302,9 +302,10 @@ class ExtenderScheduler(_Served):
     health_path = "/readyz"
 
     def __init__(self, plane: cp.ControlPlane, kubeconfig: Path, config_file: Path, log_dir: Path, *,
-                 profile: str, min_nodes: int):
+                 profile: str, min_nodes: int, kube_scheduler_kubeconfig: Path | None = None):
         self.plane = plane
-        self.kubeconfig = kubeconfig
+        self.kubeconfig = kubeconfig  # the extender's
+        self.kube_scheduler_kubeconfig = kube_scheduler_kubeconfig or kubeconfig
         self.config_file = config_file
         self.log_dir = log_dir
         self.profile = profile
@@ -316,7 +317,7 @@ class ExtenderScheduler(_Served):
                                                  min_nodes=self.min_nodes)
         self.kube_scheduler = self.plane.start_scheduler(
             scheduling.kube_scheduler_config(self.process.port, self.profile, every_pod=True),
-            kubeconfig=self.kubeconfig)
+            kubeconfig=self.kube_scheduler_kubeconfig)
         return self
 
     def restart(self, *, ready: bool = True) -> None:

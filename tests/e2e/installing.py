@@ -24,6 +24,8 @@ COMPONENTS = MANIFESTS / "components"
 NAMESPACE = "gpu-scheduler-system"
 CONFIG_MAP = "gpu-scheduler-config"
 SERVICE_ACCOUNT = "gpu-scheduler-webhook"
+EXTENDER_OVERLAY = MANIFESTS / "overlays" / "extender"
+EXTENDER_ACCOUNT = "gpu-scheduler-extender"
 WEBHOOK_CONFIGURATION = "gpu-scheduler"
 
 
@@ -90,11 +92,11 @@ class Installation:
             pass
 
 
-def shipped_rbac(plane: cp.ControlPlane, account: str) -> list[dict[str, Any]]:
-    """One ServiceAccount's RBAC as `kubectl apply -k manifests/` installs it: the account, the bindings that
-    name it and the roles they bind. Rendered, not read from one file: components/certs-ensure adds rules
-    to the webhook's roles."""
-    documents = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(MANIFESTS))) if d]
+def shipped_rbac(plane: cp.ControlPlane, account: str, kustomization: Path = MANIFESTS) -> list[dict[str, Any]]:
+    """One ServiceAccount's RBAC as `kubectl apply -k` of `kustomization` installs it: the account, the
+    bindings that name it and the roles they bind. Rendered, not read from one file: components/certs-ensure
+    adds rules to the webhook's roles."""
+    documents = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(kustomization))) if d]
     subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     bindings = [d for d in documents if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
                 and subject in d.get("subjects", [])]
@@ -103,8 +105,8 @@ def shipped_rbac(plane: cp.ControlPlane, account: str) -> list[dict[str, Any]]:
             or (d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account)]
 
 
-def apply_rbac(plane: cp.ControlPlane, account: str) -> None:
-    kubectl(plane, "apply", "-f", "-", stdin=yaml.safe_dump_all(shipped_rbac(plane, account)))
+def apply_rbac(plane: cp.ControlPlane, account: str, kustomization: Path = MANIFESTS) -> None:
+    kubectl(plane, "apply", "-f", "-", stdin=yaml.safe_dump_all(shipped_rbac(plane, account, kustomization)))
 
 
 def install_webhook(plane: cp.ControlPlane, api: Any, work: Path, config_text: str) -> Installation:

@@ -29,8 +29,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e import chaos, conftest, scheduling
+from tests.e2e import chaos, conftest, installing, scheduling
 from tests.e2e import controlplane as cp
+from scheduler_core import pods
 from tests.e2e.installing import wait_for
 
 SUFFIX = uuid.uuid4().hex[:5]
@@ -98,8 +99,11 @@ def target(request: pytest.FixtureRequest, plane: cp.ControlPlane, pool: chaos.P
     if mode == "run":
         scheduler = chaos.RunScheduler(scheduler_kubeconfig, config_file, work, name="run")
     else:
-        scheduler = chaos.ExtenderScheduler(plane, plane.kubeconfig, config_file, work, profile=name,
-                                            min_nodes=len(pool.gpus))
+        # the extender with a token of its shipped account, which must be enough for its records and events
+        installing.apply_rbac(plane, installing.EXTENDER_ACCOUNT, installing.EXTENDER_OVERLAY)
+        account = plane.kubeconfig_for_service_account(installing.NAMESPACE, installing.EXTENDER_ACCOUNT)
+        scheduler = chaos.ExtenderScheduler(plane, account, config_file, work, profile=name,
+                                            min_nodes=len(pool.gpus), kube_scheduler_kubeconfig=plane.kubeconfig)
 
     def logs() -> tuple[str, str]:
         return f"{mode} under attack", scheduler.logs()
@@ -178,6 +182,25 @@ class Attack:
             return all(_refusal(pods[name]) for name in names)
 
         wait_for(refused, f"{phase}: {names} to be refused with a reason", timeout=BOUND_WITHIN)
+
+    def wait_recorded(self, name: str) -> list[tuple[int, int]]:
+        """Until the binder's record of the tenant's pod `name` is there; its devices, as (index, milli)."""
+        recorded: list[tuple[int, int]] = []
+
+        def there() -> bool:
+            pod = scheduling.api_json(self.tenants.core.read_namespaced_pod, name, self.tenants.attacker)
+            devices = pods.recorded_devices(pod)
+            recorded[:] = [(d.index, d.milli) for d in devices or ()]
+            return devices is not None
+
+        wait_for(there, f"the devices of {name} to be recorded in condition {pods.DEVICES_CONDITION}",
+                 timeout=BOUND_WITHIN)
+        return recorded
+
+    def events(self, name: str, reason: str) -> list[Any]:
+        """The events with `reason` about the tenant's pod `name`."""
+        return [e for e in self.tenants.core.list_namespaced_event(self.tenants.attacker).items
+                if e.involved_object.name == name and e.reason == reason]
 
     def create(self, body: dict[str, Any]) -> Any:
         """Create a pod as tenant-x, in its namespace."""
@@ -360,11 +383,6 @@ def test_a_pod_holding_whole_gpus_keeps_them_whatever_shares_it_claims(attack):
     attack.assert_isolated()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (issue 12): after a restart the victim keeps its GPU (pods whose devices a Binding recorded are "
-    "restored first), but the tenant's real GPU is known only from the annotation it rewrote, so the model "
-    "accounts the tenant on the first free GPU and may give its real one away; the fix is a record tenants "
-    "cannot write, e.g. a status condition the binder sets"))
 def test_a_devices_annotation_patched_onto_another_tenants_gpu_moves_nothing(attack):
     """A tenant's pod, bound by the scheduler, rewrites its devices annotation to the GPU of another tenant's
     pod on the same node, with an idle GPU below its own; then the scheduler restarts and rebuilds its model
@@ -376,14 +394,24 @@ def test_a_devices_annotation_patched_onto_another_tenants_gpu_moves_nothing(att
     attack.wait_bound(second, phase="the victim whose GPU is claimed")
     attack.create(chaos.gpu_pod("forger", attack.target.name, attack.pool.label, host=attack.node, gpus=1))
     attack.wait_bound(["forger"], attack.tenants.attacker, phase="the tenant's pod")
+    forger = attack.wait_recorded("forger")
     attack.tenants.core.delete_namespaced_pod(first[0], attack.tenants.victim, grace_period_seconds=0)  # the hole
     [(claimed, _)] = attack.trusted[f"{attack.tenants.victim}/{second[0]}"]
+    forged = json.dumps([{"index": claimed, "milli": 1000}])
     attack.tenants.tenant.patch_namespaced_pod("forger", attack.tenants.attacker, {"metadata": {"annotations": {
-        scheduling.DEVICES: json.dumps([{"index": claimed, "milli": 1000}])}}})
+        scheduling.DEVICES: forged}}})
+    with pytest.raises(ApiException) as refused:  # nor may the tenant rewrite the record
+        attack.tenants.tenant.patch_namespaced_pod_status("forger", attack.tenants.attacker, {"status": {
+            "conditions": [{"type": pods.DEVICES_CONDITION, "status": "True", "message": forged}]}})
+    assert refused.value.status == 403
     attack.restart()
     attack.wait_bound(attack.victims(6, host=attack.node, gpus=1), phase="the node's free GPUs after a restart")
     attack.wait_refused(attack.victims(1, host=attack.node, gpus=1), phase="one more than the node has")
     attack.assert_isolated()
+    wait_for(lambda: any("differs from the devices recorded at binding" in e.message and
+                         f"keeping GPU {forger[0][0]}" in e.message
+                         for e in attack.events("forger", "GPUDevicesConflict")),
+             "a GPUDevicesConflict event on the forger's pod saying which GPU it keeps", timeout=BOUND_WITHIN)
 
 
 def test_long_annotations_on_pending_pods_cost_memory_only_while_they_exist(attack):

@@ -18,9 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from scheduler_core import pods
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
-from tests.e2e.scheduling import SchedulerProcess, kube_scheduler_config, overcommit_problems, request, start_extender
+from tests.e2e.scheduling import (SchedulerProcess, api_json, kube_scheduler_config, overcommit_problems, request,
+                                  start_extender)
 
 COMPONENT = Path(__file__).parents[2] / "manifests" / "components" / "extender"
 SUFFIX = uuid.uuid4().hex[:5]
@@ -235,6 +237,14 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
         assert [d["milli"] for d in devices(placed[f"{pool}-whole"])] == [1000, 1000]
         assert placed[f"{pool}-share"].spec.node_name == nodes[1]
         assert [d["milli"] for d in devices(placed[f"{pool}-share"])] == [300]
+
+        def recorded() -> bool:  # with its own account's pods/status permission
+            listed = api_json(core.list_namespaced_pod, namespace)["items"]
+            return all(pods.recorded_devices(p) is not None and pods.format_devices(pods.recorded_devices(p)) ==
+                       p["metadata"]["annotations"][pods.DEVICES_ANNOTATION]
+                       for p in listed if p["metadata"]["name"] in names)
+
+        wait_for(recorded, "both pods' devices recorded in their status, as annotated")
         lease: Any = client.CoordinationV1Api(api).read_namespaced_lease("gpu-kube-scheduler", NAMESPACE)
         assert lease.spec.holder_identity
     finally:

@@ -13,15 +13,17 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.installing import SERVICE_ACCOUNT, apply_rbac
+from tests.e2e.installing import EXTENDER_ACCOUNT, EXTENDER_OVERLAY, SERVICE_ACCOUNT, apply_rbac
 
 WEBHOOK = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler-webhook"
 SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
+EXTENDER = f"system:serviceaccount:gpu-scheduler-system:{EXTENDER_ACCOUNT}"
 
 
 @pytest.fixture(scope="module")
 def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
     apply_rbac(plane, SERVICE_ACCOUNT)
+    apply_rbac(plane, EXTENDER_ACCOUNT, EXTENDER_OVERLAY)
     return plane
 
 
@@ -52,6 +54,10 @@ def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) 
         (SCHEDULER, "patch", "nodes", None),
         (SCHEDULER, "update", "leases/someone-else", "gpu-scheduler-system"),
         (SCHEDULER, "*", "*", None),
+        (EXTENDER, "patch", "pods", "default"),
+        (EXTENDER, "update", "pods/status", "default"),
+        (EXTENDER, "get", "secrets", "gpu-scheduler-system"),
+        (EXTENDER, "delete", "events", "default"),
     ],
 )
 def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace):
@@ -67,6 +73,9 @@ def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace)
         (SCHEDULER, "create", "pods/binding", "default"),
         (SCHEDULER, "patch", "pods/status", "default"),
         (SCHEDULER, "update", "leases/gpu-scheduler", "gpu-scheduler-system"),
+        (EXTENDER, "create", "pods/binding", "default"),
+        (EXTENDER, "patch", "pods/status", "default"),
+        (EXTENDER, "create", "events", "default"),
     ],
 )
 def test_the_permissions_each_job_needs_are_there(rbac, user, verb, resource, namespace):

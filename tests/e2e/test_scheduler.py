@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from scheduler_core import pods as pods_core
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
-from tests.e2e.scheduling import overcommit_problems, start_scheduler
+from tests.e2e.scheduling import api_json, overcommit_problems, start_scheduler
 
 MODELS = ["NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"]
 INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
@@ -127,6 +128,19 @@ def test_300_pods_are_bound_without_overcommit_and_rejections_are_explained(api,
     placed = {name for name in pods if name not in expected_unschedulable | others}
     wait_for(lambda: recorded("Scheduled") == placed, "a Scheduled event for every bound pod")  # sent asynchronously
     wait_for(lambda: expected_unschedulable <= recorded("FailedScheduling"), "FailedScheduling events")
+
+    def records() -> dict[str, Any]:
+        """pod -> the devices its record names, and whether that equals its annotation, for the bound pods."""
+        found = {}
+        for pod in api_json(core.list_namespaced_pod, ns)["items"]:
+            if pod["metadata"]["name"] in placed:
+                record = pods_core.recorded_devices(pod)
+                found[pod["metadata"]["name"]] = (record is not None and pods_core.format_devices(record) ==
+                                                  pod["metadata"]["annotations"][pods_core.DEVICES_ANNOTATION])
+        return found
+
+    # the binder's record of the devices, which a tenant cannot rewrite, follows each binding
+    wait_for(lambda: all(records().values()), "every bound pod's devices recorded in its status, as annotated")
 
 
 def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(api, scheduler, installed_webhook):

@@ -49,10 +49,15 @@ class Reply:
         pass
 
 
+STATUS = r"https://apiserver/api/v1/namespaces/([^/]+)/pods/([^/]+)/status"
+EVENTS = r"https://apiserver/api/v1/namespaces/([^/]+)/events"
+
+
 class FakeCore:
     """The API calls /bind makes, recorded, with the apiserver's rules: a Binding must name the pod's UID,
-    finds the pod unbound (409 otherwise), and copies its annotations onto the pod. Bindings arrive as
-    raw HTTP through the client's connection pool (gpu_scheduler.runtime.binding), so that is faked too."""
+    finds the pod unbound (409 otherwise), and copies its annotations onto the pod; the device record after
+    it must name the UID too. Bindings, records and events arrive as raw HTTP through the client's
+    connection pool (gpu_scheduler.runtime.binding), so that is faked too."""
 
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -61,6 +66,9 @@ class FakeCore:
         self.while_binding: Any = None  # called once, as a Binding arrives: what happens meanwhile
         self.lose_answers = False  # the Binding is stored, then the connection breaks before the answer
         self.unreadable = False  # reading a pod fails as when the apiserver is down
+        self.records: list[tuple[str, dict[str, Any]]] = []  # device records, written after the answer
+        self.recorded = threading.Event()
+        self.events: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.api_client = SimpleNamespace(configuration=SimpleNamespace(host="https://apiserver", auth_settings=dict),
                                           rest_client=SimpleNamespace(pool_manager=self))
@@ -78,6 +86,13 @@ class FakeCore:
             return Reply(self.pods[(namespace, name)])
 
     def request(self, method: str, url: str, *, body: bytes, **_: Any) -> Reply:
+        """A Binding, a device record (a status patch) or an event; anything else fails the test."""
+        if method == "PATCH" and (found := re.fullmatch(STATUS, url)):
+            return self._record(*found.groups(), json.loads(body))
+        if method == "POST" and (found := re.fullmatch(EVENTS, url)):
+            with self.lock:
+                self.events.append(json.loads(body))
+            return Reply({}, 201, "Created")
         found = re.fullmatch(r"https://apiserver/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding", url)
         assert method == "POST" and found, (method, url)
         namespace, name = found.groups()
@@ -99,6 +114,21 @@ class FakeCore:
             if self.lose_answers:
                 raise OSError("connection reset by peer")
             return Reply({"kind": "Status", "status": "Success"}, 201, "Created")
+
+    def _record(self, namespace: str, name: str, patch: dict[str, Any]) -> Reply:
+        """The devices condition, merged by type as a strategic merge patch does; 422 for another UID."""
+        with self.lock:
+            current = self.pods.get((namespace, name))
+            if current is None:
+                return Reply({"kind": "Status", "message": f'pods "{name}" not found'}, 404, "Not Found")
+            if patch["metadata"]["uid"] != current["metadata"]["uid"]:
+                return Reply({"kind": "Status", "message": "metadata.uid: field is immutable"}, 422, "Invalid")
+            conditions = current.setdefault("status", {}).setdefault("conditions", [])
+            for condition in patch["status"]["conditions"]:
+                conditions[:] = [c for c in conditions if c["type"] != condition["type"]] + [condition]
+            self.records.append((f"{namespace}/{name}", patch))
+            self.recorded.set()
+            return Reply(current, 200, "OK")
 
 
 NODES = [
@@ -137,6 +167,14 @@ def binding(pod_obj: dict[str, Any], node_name: str) -> dict[str, str]:
 def bind(client: Any, core: FakeCore, pod_obj: dict[str, Any], node_name: str) -> str:
     core.add(pod_obj)
     return str(post(client, "bind", binding(pod_obj, node_name))["Error"])
+
+
+def wait_until(condition: Any, what: str, timeout: float = 5.0) -> None:
+    """For what the extender writes from its reporter pool, after its answer."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def devices_of(core: FakeCore, pod_obj: dict[str, Any]) -> list[dict[str, int]]:
@@ -277,6 +315,31 @@ def test_bind_records_the_devices_then_binds_and_never_gives_a_gpu_twice():
     assert error == "node a100-1 cannot take pod ns/p3 any more: Insufficient nvidia.com/gpu"
     assert [call[0] for call in core.calls[calls:]] == ["read"]  # nothing written
     assert set(ext.model.cluster.assignments) == {"uid-p1", "uid-p2"}
+
+
+def test_after_binding_the_devices_are_recorded_in_the_pods_status_with_its_uid():
+    ext, core, client = make()
+    first = gpu_pod("p1", gpus=2)
+    assert bind(client, core, first, "a100-1") == ""
+    assert core.recorded.wait(5)
+    [(key, patch)] = core.records
+    assert key == "ns/p1" and patch == {"metadata": {"uid": "uid-p1"}, "status": {"conditions": [{
+        "type": "gpu-scheduler.io/GPUDevices", "status": "True", "reason": "Bound",
+        "message": '[{"index":0,"milli":1000},{"index":1,"milli":1000}]'}]}}
+
+
+def test_a_bound_pod_whose_annotation_differs_from_its_record_gets_an_event_and_keeps_its_gpu():
+    edited = gpu_pod("p", gpus=1, node_name="a100-1", annotations={DEVICES: '[{"index":0,"milli":1000}]'})
+    edited["status"] = {"conditions": [{"type": "gpu-scheduler.io/GPUDevices", "status": "True",
+                                        "message": '[{"index":3,"milli":1000}]'}]}
+    ext, core, _ = make(bound=(edited,))
+    assert ext.model.cluster.assignments["uid-p"].devices == (pods.Device(3, 1000),)
+    wait_until(lambda: core.events, "the GPUDevicesConflict event")
+    [event] = core.events
+    assert event["reason"] == "GPUDevicesConflict" and event["type"] == "Warning"
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "ns",
+                                       "uid": "uid-p"}
+    assert event["message"].endswith("keeping GPU 3") and event["source"] == {"component": "gpu-scheduler-extender"}
 
 
 def test_a_retried_bind_gets_the_same_devices_and_succeeds():

@@ -1,8 +1,8 @@
 """The standalone scheduler's event handling: orderings the e2e tests cannot force on demand.
 
 The loop's handler is driven directly; only the Binding write and the read that follows a failed one
-are replaced (by a recorder and a stand-in API), and every other call goes to a closed port and fails
-harmlessly. The model's own rules are in test_watched.py; tests/e2e/test_scheduler*.py prove the same
+are replaced (by a recorder and a stand-in API), and every other call (events, device records) goes to a
+closed port and fails harmlessly. The model's own rules are in test_watched.py; tests/e2e/test_scheduler*.py prove the same
 loop against the real apiserver.
 """
 
@@ -28,7 +28,7 @@ def scheduler(monkeypatch):
     outcome: dict[str, Any] = {"error": None, "api_has": None, "unreadable": False}
     done = threading.Event()
 
-    def fake_bind(api, *, namespace, name, uid, node, annotations=None):
+    def fake_bind(api, *, namespace, name, uid, node, devices=()):
         bindings.append((f"{namespace}/{name}", node))
         if outcome["error"] is not None:
             raise outcome["error"]

@@ -334,6 +334,53 @@ def test_after_a_restart_a_devices_annotation_edited_after_binding_loses_to_the_
     assert model(node("a", gpus=2)).pods_relisted([forger, victim], now=NOW).freed
 
 
+def recorded(obj: dict[str, Any], devices: str) -> dict[str, Any]:
+    """The pod once the binder recorded `devices` in its status (pods/status, which tenants cannot write)."""
+    condition = {"type": pods.DEVICES_CONDITION, "status": "True", "reason": "Bound", "message": devices}
+    return {**obj, "status": {**obj.get("status", {}), "conditions": [condition]}}
+
+
+def test_after_a_restart_the_binders_record_wins_over_an_edited_annotation_for_both_pods():
+    """A tenant's pod rewrites its annotation onto the victim's GPU: the victim keeps its GPU, and the tenant
+    is accounted on the GPU it really holds (not the first free one, which a new pod may then take)."""
+    victim = recorded(incarnation("victim", "uid-v", gpus=1, node_name="a", devices='[{"index":1,"milli":1000}]'),
+                      '[{"index":1,"milli":1000}]')
+    forger = recorded(incarnation("a-forger", "uid-f", gpus=1, node_name="a", devices='[{"index":1,"milli":1000}]'),
+                      '[{"index":2,"milli":1000}]')
+    for order in ([forger, victim], [victim, forger]):
+        found = model(node("a", gpus=4))
+        found.pods_relisted(order, now=NOW)
+        assert used(found, "a") == [0, 1000, 1000, 0]
+        [(facts, message)] = found.take_conflicts()
+        assert facts.uid == "uid-f" and message == (
+            'annotation gpu-scheduler.io/gpu-devices "[{\\"index\\":1,\\"milli\\":1000}]" differs from the devices '
+            "recorded at binding (condition gpu-scheduler.io/GPUDevices); keeping GPU 2")
+
+
+def test_a_record_is_trusted_before_an_annotation_only_a_binding_wrote():
+    """Restoring in list order, a pod bound before records existed could take a recorded pod's GPU."""
+    old = incarnation("a-old", "uid-o", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    new = recorded(incarnation("new", "uid-n", gpus=1, node_name="a"), '[{"index":0,"milli":1000}]')
+    found = model(node("a", gpus=2))
+    found.pods_relisted([old, new], now=NOW)
+    assert found.cluster.assignments["uid-n"].devices == (pods.Device(0, 1000),)
+    assert found.cluster.assignments["uid-o"].devices == (pods.Device(1, 1000),)
+
+
+@pytest.mark.parametrize("condition", [
+    {"type": pods.DEVICES_CONDITION, "status": "False", "message": '[{"index":1,"milli":1000}]'},
+    {"type": pods.DEVICES_CONDITION, "status": "True", "message": "not devices"},
+    {"type": "Ready", "status": "True", "message": '[{"index":1,"milli":1000}]'},
+    "not a condition",
+])
+def test_what_is_no_record_leaves_the_annotation_in_charge(condition):
+    obj = incarnation("p", "uid-p", gpus=1, node_name="a", devices='[{"index":0,"milli":1000}]')
+    obj["status"] = {"conditions": [condition]}
+    facts = pods.parse(obj)
+    assert facts.devices == (pods.Device(0, 1000),) and facts.devices_from == f"annotation {DEVICES}"
+    assert pods.recorded_devices(obj) is None
+
+
 def test_an_annotation_edited_while_its_node_is_away_moves_nothing_when_the_node_returns():
     found = model(node("a", gpus=2))
     mine = incarnation("p", "uid-p", gpus=1, node_name="a", devices='[{"index":1,"milli":1000}]')

@@ -1,0 +1,41 @@
+"""Events on pods, as kube-scheduler writes them (core/v1 Events): what `kubectl describe pod` shows.
+
+Best effort: an event that cannot be written is logged at debug level and dropped, never retried,
+so a slow or refusing API never holds up scheduling.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from urllib.parse import quote
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from gpu_scheduler import rawapi, watching
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 1024  # characters; the apiserver refuses event messages past 4 KiB
+
+
+def record(api: client.ApiClient, *, namespace: str, name: str, uid: str, kind: str, reason: str, message: str,
+           component: str, instance: str) -> None:
+    """POST one event about the pod `namespace/name` with `uid`; `kind` is Normal or Warning."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid},
+        "type": kind, "reason": reason, "message": message[:MAX_MESSAGE],
+        "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": instance,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+    try:
+        rawapi.request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/events", event)
+    except (ApiException, HTTPError, OSError) as err:
+        log.debug("cannot record event %s on %s/%s: %s", reason, namespace, name, watching.describe_error(err))
