@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins, profile, workloads
+from scheduler_core import placement, plugins, pods, profile, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
@@ -56,9 +56,13 @@ class Framework:
         ]
 
     def decide(self, pod: PodFacts, *, explain: bool = False) -> Decision:
-        """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing."""
-        if pod.problems:
-            return Decision(pod.key, None, reason="; ".join(pod.problems))
+        """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing.
+
+        A pod with constraints the core cannot evaluate (PodFacts.unsupported) gets no node, so it is
+        never bound where kube-scheduler would not bind it."""
+        if pod.problems or pod.unsupported:
+            reasons = [*pod.problems, *([pods.unsupported_reason(pod.unsupported)] if pod.unsupported else [])]
+            return Decision(pod.key, None, reason="; ".join(reasons))
         cluster = self.cluster
         if cluster.node_count == 0:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
@@ -155,6 +159,8 @@ class Framework:
     def evaluate(self, pod: PodFacts, node_names: list[str], *, score: bool = True
                  ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, float]]:
         """Filter and score only `node_names`, as kube-scheduler asks an extender about its candidates.
+
+        PodFacts.unsupported does not matter here: kube-scheduler has evaluated those constraints itself.
 
         Returns the feasible names (input order, duplicates dropped); for each rejected node the
         first filter that rejects it and that filter's reasons for it, joined with ", "; and for

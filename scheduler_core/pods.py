@@ -63,6 +63,10 @@ class PodFacts:
     devices_from: str | None  # where `devices` were read, for messages: the condition or the annotation
     devices_problem: str | None  # why the annotation could not be read, or how it differs from the record
     problems: tuple[str, ...]  # why the pod cannot be scheduled whatever the nodes
+    # Fields that constrain where the pod may run which the core does not evaluate yet (paths, e.g.
+    # `spec.topologySpreadConstraints[0]`): the standalone scheduler never binds such a pod, rather than
+    # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
+    unsupported: tuple[str, ...] = ()
 
     @property
     def wants_gpu(self) -> bool:
@@ -132,7 +136,48 @@ def parse(
         devices_from=devices_from,
         devices_problem=devices_problem,
         problems=tuple(problems),
+        unsupported=unsupported_fields(spec),
     )
+
+
+def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported).
+
+    Preferences (preferred pod affinity, ScheduleAnyway spread) are not among them: kube-scheduler,
+    too, may bind a pod on any node that passes its filters, whatever it scores.
+    """
+    found = []
+    affinity = fields.mapping(spec.get("affinity"))
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if fields.mapping(affinity.get(kind)).get("requiredDuringSchedulingIgnoredDuringExecution"):
+            found.append(f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution")
+    for index, constraint in enumerate(fields.sequence(spec.get("topologySpreadConstraints"))):
+        if fields.mapping(constraint).get("whenUnsatisfiable", "DoNotSchedule") != "ScheduleAnyway":
+            found.append(f"spec.topologySpreadConstraints[{index}]")
+    for group in ("initContainers", "containers"):
+        for index, container in enumerate(fields.sequence(spec.get(group))):
+            if group == "initContainers" and fields.mapping(container).get("restartPolicy") != "Always":
+                continue  # it has ended before the pod runs: kube-scheduler ignores its host ports too
+            for port_index, port in enumerate(fields.sequence(fields.mapping(container).get("ports"))):
+                if fields.mapping(port).get("hostPort"):
+                    found.append(f"spec.{group}[{index}].ports[{port_index}].hostPort")
+    for index, volume in enumerate(fields.sequence(spec.get("volumes"))):
+        for source in ("persistentVolumeClaim", "ephemeral"):
+            if fields.mapping(volume).get(source) is not None:
+                found.append(f"spec.volumes[{index}].{source}")
+    if spec.get("resourceClaims"):
+        found.append("spec.resourceClaims")
+    if fields.mapping(spec.get("resources")):
+        found.append("spec.resources")
+    return tuple(found)
+
+
+def unsupported_reason(paths: tuple[str, ...]) -> str:
+    """Why the standalone scheduler leaves a pod with such fields pending, and what the user can do."""
+    listed = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return (f"not scheduled: gpu-scheduler cannot evaluate {listed} yet, and kube-scheduler would honour "
+            f"{'it' if len(paths) == 1 else 'them'}; remove {'it' if len(paths) == 1 else 'them'}, or schedule "
+            "the pod with kube-scheduler and the gpu-scheduler extender (manifests/overlays/extender)")
 
 
 def parse_devices(text: object) -> tuple[Device, ...] | None:

@@ -1,0 +1,84 @@
+"""Constraints the core cannot evaluate yet: the standalone scheduler leaves such a pod pending, naming the
+field, rather than bind it where kube-scheduler would not; the extender, behind kube-scheduler, which has
+evaluated them, is not held back by them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_core import pods
+from tests.unit.builders import facts, node, pod, scheduler
+
+TERM = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+
+
+def with_spec(**spec: Any) -> dict[str, Any]:
+    obj = pod("p", gpus=1)
+    obj["spec"].update(spec)
+    return obj
+
+
+def sidecar(restart: str | None) -> dict[str, Any]:
+    container = {"name": "init", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}
+    if restart:
+        container["restartPolicy"] = restart
+    return with_spec(initContainers=[container])
+
+
+UNSUPPORTED = [
+    (with_spec(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
+     ["spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"]),
+    (with_spec(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
+     ["spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"]),
+    (with_spec(topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"},
+        {"maxSkew": 1, "topologyKey": "zone"}]),  # DoNotSchedule by default
+     ["spec.topologySpreadConstraints[1]"]),
+    (with_spec(containers=[{"name": "a", "image": "x"},
+                           {"name": "b", "image": "x", "ports": [{"containerPort": 80},
+                                                                  {"containerPort": 81, "hostPort": 81}]}]),
+     ["spec.containers[1].ports[1].hostPort"]),
+    (sidecar("Always"), ["spec.initContainers[0].ports[0].hostPort"]),
+    (with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
+        "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}]),
+     ["spec.volumes[1].persistentVolumeClaim", "spec.volumes[2].ephemeral"]),
+    (with_spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu"}]), ["spec.resourceClaims"]),
+    (with_spec(resources={"requests": {"cpu": "1"}}), ["spec.resources"]),
+]
+
+
+@pytest.mark.parametrize(("obj", "paths"), UNSUPPORTED)
+def test_the_standalone_scheduler_never_binds_a_pod_with_a_constraint_it_cannot_evaluate(obj, paths):
+    decision = scheduler(node("a")).decide(facts(obj))
+    assert decision.node is None
+    assert decision.reason == pods.unsupported_reason(tuple(paths))
+    for path in paths:
+        assert path in decision.reason
+    assert "manifests/overlays/extender" in decision.reason
+
+
+@pytest.mark.parametrize(("obj", "paths"), UNSUPPORTED)
+def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj, paths):
+    feasible, failed, _ = scheduler(node("a")).evaluate(facts(obj), ["a"])
+    assert feasible == ["a"] and failed == {}
+
+
+@pytest.mark.parametrize("obj", [
+    with_spec(affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "podAffinityTerm": TERM}]}}),
+    with_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]),
+    sidecar(None),  # an init container ends before the pod runs: its host port holds nothing
+    with_spec(containers=[{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 0}]}]),
+    with_spec(volumes=[{"name": "config", "configMap": {"name": "c"}}]),
+])
+def test_preferences_and_what_holds_no_node_do_not_hold_a_pod_back(obj):
+    """kube-scheduler, too, may bind such a pod on any node its filters pass, whatever it scores."""
+    assert scheduler(node("a")).decide(facts(obj)).node == "a"
+
+
+def test_many_fields_are_named_up_to_five_then_counted():
+    paths = tuple(f"spec.volumes[{i}].persistentVolumeClaim" for i in range(7))
+    reason = pods.unsupported_reason(paths)
+    assert "spec.volumes[4].persistentVolumeClaim and 2 more" in reason and "[5]" not in reason
