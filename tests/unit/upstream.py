@@ -1,0 +1,103 @@
+"""kube-scheduler's own plugin test tables, ported as data, run against the core.
+
+Each file in tests/data/upstream/ holds the cases of one upstream plugin test (k8s.io/kubernetes
+v1.36.3, `pkg/scheduler/framework/plugins/<plugin>/*_test.go`) as Kubernetes objects and expected
+verdicts; the facts carry over, the code that checks them is ours. A file:
+
+    plugin: NodePorts                # the name in scheduler_core.plugins.FILTERS (or SCORES for `score` cases)
+    source: pkg/scheduler/framework/plugins/nodeports/node_ports_test.go  # where the cases come from
+    cases:
+      - name: same port             # upstream's test name
+        pod: {Pod object}            # the pod being scheduled
+        nodes: [{Node object}, ...]  # optional; default: one node `node` (see DEFAULT_NODE)
+        pods: [{Pod object}, ...]    # pods already there, each with spec.nodeName
+        namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
+        filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
+        score: {node: 0..100}        # or: the normalised score per feasible node
+        skip: why                    # optional: a case the core does not take, and why (a feature outside
+                                     # a scheduler's filter, a field the API would refuse)
+
+Upstream builds many objects with helpers (st.MakePod()...); the data spells out what they build,
+defaults included (a node's allocatable is what the case gives it, nothing more).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from scheduler_core import framework, plugins, profile, watched
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "upstream"
+NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
+DEFAULT_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node", "labels": {}},
+                "status": {"allocatable": {"pods": "110", "cpu": "100", "memory": "100Gi"}}}
+
+
+def load(name: str) -> dict[str, Any]:
+    """The table `name` (the file's stem); each case also gets an `id` for pytest."""
+    table = yaml.safe_load((DATA / f"{name}.yaml").read_text())
+    for case in table["cases"]:
+        case["id"] = case["name"].replace(" ", "-")
+    return table
+
+
+def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
+    """The watched model holding the case's nodes and pods, taken in as the watches take them in."""
+    found = watched.WatchedCluster(scheduling=profile.Scheduling())
+    nodes = [_ready(node) for node in case.get("nodes") or [DEFAULT_NODE]]
+    found.nodes_relisted(nodes, now=NOW)
+    found.pods_relisted([_with_uid(pod, f"existing-{i}") for i, pod in enumerate(case.get("pods") or [])], now=NOW)
+    namespaces = case.get("namespaces")
+    if namespaces is not None and hasattr(found, "namespaces_relisted"):
+        found.namespaces_relisted(namespaces, now=NOW)
+    return found
+
+
+def cycle_of(case: dict[str, Any]) -> tuple[watched.WatchedCluster, plugins.Cycle]:
+    found = model_of(case)
+    facts = found.facts_of(_with_uid(case["pod"], "incoming"))
+    return found, framework.Framework(found.cluster)._cycle(facts)
+
+
+def filter_verdicts(case: dict[str, Any], plugin: str) -> dict[str, str | None]:
+    """node -> None when the filter `plugin` lets it through, else its reasons joined with ", "."""
+    found, cycle = cycle_of(case)
+    run = dict(plugins.FILTERS)[plugin]
+    reasons: dict[int, list[str]] = {}
+    for mask, reason in run(cycle):
+        for row in np.flatnonzero(mask[: cycle.rows]):
+            reasons.setdefault(int(row), []).append(reason)
+    return {name: (", ".join(reasons[row]) if row in reasons else None)
+            for name, row in found.cluster.index.items()}
+
+
+def scores(case: dict[str, Any], plugin: str) -> dict[str, float]:
+    """node -> the score plugin `plugin` gives it (0..100), over every node of the case."""
+    found, cycle = cycle_of(case)
+    rows = np.array(sorted(found.cluster.index.values()), dtype=np.int64)
+    values = plugins.SCORES[plugin](cycle, rows)
+    return {found.cluster.node(int(row)).name: float(value) for row, value in zip(rows, values)}
+
+
+def _ready(node: dict[str, Any]) -> dict[str, Any]:
+    """Upstream's plugin tests leave a node's conditions out (kube-scheduler filters not-ready nodes by their
+    taints); the core also checks the Ready condition, so a node given none is taken as Ready."""
+    node = copy.deepcopy(node)
+    status = node.setdefault("status", {})
+    if not any(c.get("type") == "Ready" for c in status.get("conditions") or []):
+        status.setdefault("conditions", []).append({"type": "Ready", "status": "True"})
+    return node
+
+
+def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    metadata = pod.setdefault("metadata", {})
+    metadata.setdefault("uid", uid)
+    metadata.setdefault("namespace", "default")
+    return pod
