@@ -247,20 +247,19 @@ def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         return np.zeros(rows.size)
     before: list[np.ndarray] = []
     after: list[np.ndarray] = []
-    counted: list[np.ndarray] = []
+    counted = np.ones(rows.size, dtype=bool)  # nodes with some of each; on the others no fraction differs
     for resource, request in zip(BALANCED_RESOURCES, requests):
         unit = 1 if resource == "cpu" else MILLI  # upstream's units (millicores, bytes), so fractions round alike
         column = cluster.resources[resource]
         capacity = cluster.alloc[column][rows] // unit
         used = cluster.used[column][rows] // unit
         has = capacity > 0
+        counted &= has
         for fractions, amount in ((before, used), (after, used + request // unit)):
             fractions.append(np.minimum(np.divide(amount, capacity, out=np.zeros(rows.size), where=has), 1.0))
-        counted.append(has)
-    both = counted[0] & counted[1]
 
     def balance(fractions: list[np.ndarray]) -> np.ndarray:
-        deviation = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+        deviation = np.where(counted, np.abs(fractions[0] - fractions[1]) / 2, 0.0)
         return np.trunc((1.0 - deviation) * 100.0)
 
     return 50.0 + np.floor_divide(50.0 + balance(after) - balance(before), 2.0)
