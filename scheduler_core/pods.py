@@ -10,6 +10,7 @@ messages quote only the start of a long one.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -171,7 +172,7 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     for name in (normalized_image(r) for r in references if isinstance(r, str) and len(r) <= MAX_IMAGE_NAME):
         if len(name) <= MAX_IMAGE_NAME:
             found[name] = found.get(name, 0) + 1
-    return tuple(found.items())
+    return tuple((sys.intern(name), uses) for name, uses in found.items())  # shared by the many pods of one image
 
 
 def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
