@@ -9,7 +9,7 @@ idle GPU), so whole-GPU pods take idle devices and shares pack onto one device.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,8 @@ class Cluster:
         self.app_on_node: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.app_in_zone: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.zones: dict[str, int] = {}
+        self.images: dict[str, dict[int, int]] = {}  # image name -> {row: its size there}, for ImageLocality
+        self._image_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image_holders, until it changes
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
@@ -125,9 +127,13 @@ class Cluster:
             assert previous is not None
             if previous.labels != facts.labels or previous.taints != facts.taints:
                 self.labels_version += 1
+            if previous.images != facts.images:
+                self._index_images(row, previous.images, sign=-1)
+                self._index_images(row, facts.images, sign=1)
             self.facts[row] = facts
         if new:
             self.labels_version += 1
+            self._index_images(row, facts.images, sign=1)
         self.alloc[:, row] = 0
         for resource, amount in facts.allocatable.items():
             self.alloc[self.resources[resource], row] = amount
@@ -160,6 +166,7 @@ class Cluster:
         for key in list(self.node_pods.get(row, ())):
             self.unassign(key)
         self.node_pods.pop(row, None)
+        self._index_images(row, self.node(row).images, sign=-1)
         self.facts[row] = None
         self.present[row] = False
         self.used[:, row] = 0
@@ -182,6 +189,28 @@ class Cluster:
         if zone is None:
             return -1
         return self.zones.setdefault(zone, len(self.zones))
+
+    def _index_images(self, row: int, images: Mapping[str, int], sign: int) -> None:
+        for name, size in images.items():
+            self._image_arrays.pop(name, None)
+            if sign > 0:
+                self.images.setdefault(name, {})[row] = size
+                continue
+            holders = self.images.get(name, {})
+            holders.pop(row, None)
+            if not holders:
+                self.images.pop(name, None)
+
+    def image_holders(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows whose node lists image `name` and its size on each, or None when no node does."""
+        found = self._image_arrays.get(name)
+        if found is None:
+            holders = self.images.get(name)
+            if not holders:
+                return None
+            found = self._image_arrays[name] = (np.fromiter(holders, np.int64, len(holders)),
+                                                np.fromiter(holders.values(), np.int64, len(holders)))
+        return found
 
     def ranks(self) -> np.ndarray:
         """Each row's position in node-name order: ties between equal scores go to the first name."""

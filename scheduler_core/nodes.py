@@ -11,8 +11,10 @@ clamped (see MAX_MILLI, MAX_GPUS) rather than refused: such a node simply looks 
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +29,12 @@ GPU_MILLI = 1000
 # (one node's amount plus one request) never wrap around.
 MAX_MILLI = 2**61
 MAX_GPUS = 128  # per node (16 GPUs time-sliced 8 ways); one that says more is modelled with this many
+# status.images, for ImageLocality: the kubelet reports its 50 largest images by default (nodeStatusMaxImages),
+# each under a few names. A node that lists more has the first MAX_IMAGE_NAMES names kept; a name past
+# MAX_IMAGE_NAME characters (no registry reference is that long) is left out, as are such names in pods.
+MAX_IMAGE_NAMES = 512
+MAX_IMAGE_NAME = 1024
+INT64 = 2**63 - 1
 ZONE_LABEL = "topology.kubernetes.io/zone"
 UTILIZATION_ANNOTATION = "gpu-scheduler.io/gpu-utilization"
 UTILIZATION_TIME_ANNOTATION = "gpu-scheduler.io/gpu-utilization-updated"
@@ -62,11 +70,18 @@ class NodeFacts:
     gpu_memory_mib: int | None  # per GPU
     gpu_utilization: float | None  # 0..1, None when absent, invalid or stale
     problems: tuple[str, ...]  # why the node cannot take pods (it counts as not ready)
+    images: Mapping[str, int]  # image name -> size in bytes (status.images), for ImageLocality
 
 
 def to_milli(amount: Fraction) -> int:
     """An amount in thousandths, rounded up as Quantity.MilliValue does, within 0..MAX_MILLI."""
     return max(0, min(math.ceil(amount * MILLI), MAX_MILLI))
+
+
+def scheduled_milli(resource: str, amount: Fraction) -> int:
+    """An amount as kube-scheduler counts it, in thousandths: cpu in millicores (Quantity.MilliValue), any
+    other resource in whole units (Quantity.Value, rounded up), so sums and comparisons round as upstream's."""
+    return to_milli(amount if resource == "cpu" else Fraction(math.ceil(amount)))
 
 
 def parse(node: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",),
@@ -90,6 +105,7 @@ def parse(node: Mapping[str, Any], *, gpu_resources: tuple[str, ...] = ("nvidia.
         gpu_memory_mib=_gpu_memory(labels, model),
         gpu_utilization=_utilization(fields.strings(metadata.get("annotations")), now, utilization_max_age),
         problems=tuple(problems),
+        images=_images(status.get("images")),
     )
 
 
@@ -101,10 +117,25 @@ def _allocatable(status: Mapping[str, Any], problems: list[str]) -> dict[str, in
     allocatable = {}
     for name, value in raw.items():
         try:
-            allocatable[str(name)] = to_milli(quantity.parse(value))
+            allocatable[str(name)] = scheduled_milli(str(name), quantity.parse(value))
         except quantity.QuantityError as err:
             problems.append(f"status.allocatable {name}: {err}")
     return allocatable
+
+
+def _images(value: object) -> dict[str, int]:
+    """Image name -> size (`sizeBytes`) from status.images, each name of an image; of one name listed twice
+    the later wins, as in kube-scheduler's snapshot. Names are interned: thousands of nodes hold the same
+    few images."""
+    named = ((name, _size(image)) for image in map(fields.mapping, fields.sequence(value)[:MAX_IMAGE_NAMES])
+             for name in fields.sequence(image.get("names")))
+    return {sys.intern(name): size for name, size in itertools.islice(named, MAX_IMAGE_NAMES)
+            if isinstance(name, str) and len(name) <= MAX_IMAGE_NAME}
+
+
+def _size(image: Mapping[str, Any]) -> int:
+    size = image.get("sizeBytes", 0)
+    return max(-INT64 - 1, min(size, INT64)) if isinstance(size, int) and not isinstance(size, bool) else 0
 
 
 def _first_label(labels: Mapping[str, str], keys: tuple[str, ...]) -> str | None:

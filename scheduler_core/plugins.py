@@ -20,6 +20,10 @@ from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
 
 Failures = list[tuple[np.ndarray, str]]
+BALANCED_RESOURCES = ("cpu", "memory")  # NodeResourcesBalancedAllocation's default resources
+MIB = 1024 * 1024
+IMAGE_MIN = 23 * MIB  # ImageLocality: image sizes below this score 0 ...
+IMAGE_MAX_PER_CONTAINER = 1000 * MIB  # ... and this much per container of the pod scores 100
 
 
 @dataclass
@@ -230,6 +234,57 @@ def node_resources(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     return scores / 2.0
 
 
+def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """NodeResourcesBalancedAllocation with its default resources, cpu and memory: 50..100 by how much the
+    pod brings the node's cpu and memory fractions closer together (75: no change), as upstream.
+
+    A pod that requests neither is not scored (upstream skips it, so such pods do not all pile onto one
+    node): every node gets 0. A resource the node has none of is left out.
+    """
+    pod, cluster = cycle.pod, cycle.cluster
+    requests = [pod.requests.get(resource, 0) for resource in BALANCED_RESOURCES]
+    if not any(requests):
+        return np.zeros(rows.size)
+    before: list[np.ndarray] = []
+    after: list[np.ndarray] = []
+    counted = np.ones(rows.size, dtype=bool)  # nodes with some of each; on the others no fraction differs
+    for resource, request in zip(BALANCED_RESOURCES, requests):
+        unit = 1 if resource == "cpu" else MILLI  # upstream's units (millicores, bytes), so fractions round alike
+        column = cluster.resources[resource]
+        capacity = cluster.alloc[column][rows] // unit
+        used = cluster.used[column][rows] // unit
+        has = capacity > 0
+        counted &= has
+        for fractions, amount in ((before, used), (after, used + request // unit)):
+            fractions.append(np.minimum(np.divide(amount, capacity, out=np.zeros(rows.size), where=has), 1.0))
+
+    def balance(fractions: list[np.ndarray]) -> np.ndarray:
+        deviation = np.where(counted, np.abs(fractions[0] - fractions[1]) / 2, 0.0)
+        return np.trunc((1.0 - deviation) * 100.0)
+
+    return 50.0 + np.floor_divide(50.0 + balance(after) - balance(before), 2.0)
+
+
+def image_locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """ImageLocality: nodes that already hold the pod's images (containers, init containers, image volumes)
+    score by their sizes, each scaled by the share of nodes that hold it (so one image everywhere does not
+    pull every pod to the same few nodes), between 23 MiB and 1000 MiB per container, as upstream."""
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.images or not cluster.images:
+        return np.zeros(rows.size)
+    held = np.zeros(cycle.rows, dtype=np.int64)
+    for name, uses in pod.images:
+        holders = cluster.image_holders(name)
+        if holders is not None:
+            held_by, sizes = holders
+            spread = held_by.size / cluster.node_count
+            held[held_by] += uses * (sizes * spread).astype(np.int64)
+    ceiling = IMAGE_MAX_PER_CONTAINER * pod.containers
+    total = held[rows]
+    total = np.where(total < IMAGE_MIN, IMAGE_MIN, np.where(total > ceiling, ceiling, total))
+    return (100 * (total - IMAGE_MIN) // (ceiling - IMAGE_MIN)).astype(float)
+
+
 def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Less busy GPUs first; a node without a fresh reading scores in the middle."""
     if not cycle.pod.wants_gpu:
@@ -300,6 +355,8 @@ def taint_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "gpu-placement": gpu_placement,
     "node-resources": node_resources,
+    "balanced-allocation": balanced_allocation,
+    "image-locality": image_locality,
     "gpu-utilization": gpu_utilization,
     "spot": spot_preference,
     "locality": locality,

@@ -10,12 +10,13 @@ messages quote only the start of a long one.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from scheduler_core import fields, predicates, quantity, requests
-from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MILLI, to_milli
+from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
 MEMORY_ANNOTATION = "gpu.nvidia.com/memory"
@@ -47,7 +48,9 @@ class PodFacts:
     scheduler_name: str
     node_name: str | None
     priority: int
-    requests: Mapping[str, int]  # milli-units, with "pods": 1000
+    # what NodeResourcesFit counts, in milli-units (scheduled_milli), in its order of reasons: "pods": 1000 (the pod
+    # itself), cpu, memory, ephemeral-storage, then the other resources by name; a request of 0 is left out
+    requests: Mapping[str, int]
     gpus: int  # whole GPUs
     gpu_milli: int  # a share of one GPU in thousandths, 0 for none
     model: str | None  # as asked, for messages
@@ -63,6 +66,8 @@ class PodFacts:
     devices_from: str | None  # where `devices` were read, for messages: the condition or the annotation
     devices_problem: str | None  # why the annotation could not be read, or how it differs from the record
     problems: tuple[str, ...]  # why the pod cannot be scheduled whatever the nodes
+    images: tuple[tuple[str, int], ...]  # (image, how many containers or image volumes use it), for ImageLocality
+    containers: int  # containers and init containers, which scale ImageLocality's score
     # Fields that constrain where the pod may run which the core does not evaluate yet (paths, e.g.
     # `spec.topologySpreadConstraints[0]`): the standalone scheduler never binds such a pod, rather than
     # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
@@ -101,8 +106,7 @@ def parse(
     except quantity.QuantityError as err:
         problems.append(f"resources: {err}")
         effective = {}
-    milli_requests = {name: to_milli(amount) for name, amount in effective.items() if amount > 0}
-    milli_requests["pods"] = MILLI
+    milli_requests = _scheduled(effective)
     gpus = sum(milli_requests.get(name, 0) for name in gpu_resources) // MILLI
 
     gpu_milli = _share(annotations.get(MILLI_ANNOTATION), problems)
@@ -136,8 +140,39 @@ def parse(
         devices_from=devices_from,
         devices_problem=devices_problem,
         problems=tuple(problems),
+        images=images_of(spec),
+        containers=len(fields.sequence(spec.get("containers"))) + len(fields.sequence(spec.get("initContainers"))),
         unsupported=unsupported_fields(spec),
     )
+
+
+def _scheduled(effective: requests.Requests) -> dict[str, int]:
+    """The requests NodeResourcesFit counts, as PodFacts.requests holds them."""
+    counted = {name: scheduled_milli(name, amount) for name, amount in effective.items()
+               if amount > 0 and requests.counted(name)}
+    ordered = {"pods": MILLI}
+    ordered.update((name, counted[name]) for name in requests.BASE_COUNTED if name in counted)
+    ordered.update((name, counted[name]) for name in sorted(counted) if name not in ordered)
+    return ordered
+
+
+def normalized_image(name: str) -> str:
+    """The name a container runtime reports an image under: `:latest` when no tag is given (ImageLocality)."""
+    return name if name.rfind(":") > name.rfind("/") else name + ":latest"
+
+
+def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The images of the init containers, containers and image volumes, each with how often the pod uses it;
+    a name no node can list (see nodes.MAX_IMAGE_NAME) is left out."""
+    found: dict[str, int] = {}
+    references = [fields.mapping(c).get("image") for group in ("initContainers", "containers")
+                  for c in fields.sequence(spec.get(group))]
+    references += [fields.mapping(fields.mapping(v).get("image")).get("reference")
+                   for v in fields.sequence(spec.get("volumes"))]
+    for name in (normalized_image(r) for r in references if isinstance(r, str) and len(r) <= MAX_IMAGE_NAME):
+        if len(name) <= MAX_IMAGE_NAME:
+            found[name] = found.get(name, 0) + 1
+    return tuple((sys.intern(name), uses) for name, uses in found.items())  # shared by the many pods of one image
 
 
 def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -167,8 +202,6 @@ def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
                 found.append(f"spec.volumes[{index}].{source}")
     if spec.get("resourceClaims"):
         found.append("spec.resourceClaims")
-    if fields.mapping(spec.get("resources")):
-        found.append("spec.resources")
     return tuple(found)
 
 

@@ -20,6 +20,8 @@ INITIAL_COST_ANNOTATION = "gpu-scheduler.io/initial-deletion-cost"
 SCORE_PLUGINS: dict[str, int] = {
     "gpu-placement": 1,  # binpack / spread across nodes and GPU devices
     "node-resources": 1,  # cpu and memory, following nodePolicy
+    "balanced-allocation": 1,  # upstream's NodeResourcesBalancedAllocation: cpu and memory used alike
+    "image-locality": 1,  # upstream's ImageLocality: nodes that hold the pod's images already
     "gpu-utilization": 1,  # prefer GPUs that are less busy right now
     "spot": 2,  # the pod's spot preference
     "locality": 2,  # near pods of the same application: same node, then same zone

@@ -1,13 +1,17 @@
-"""A pod's effective resource request, computed the way kube-scheduler does.
+"""A pod's effective resource request, computed the way kube-scheduler does (component-helpers'
+`resource.PodRequests`, over the pod as the apiserver defaults it).
 
 Sum over containers; sidecar init containers (restartPolicy Always) run alongside them
 and add to that sum; each other init container runs alone with the sidecars started
-before it; the pod needs the largest of those, plus `spec.overhead`. A container's
-request defaults to its limit, as the apiserver defaults it.
+before it; the pod needs the largest of those. Pod-level `spec.resources` requests
+(PodLevelResources, on by default since 1.34) replace that for the resources they name
+(cpu, memory, hugepages-*). `spec.overhead` is added last. A container's request defaults
+to its limit, and a pod-level one as the apiserver defaults it (see `_pod_level`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from fractions import Fraction
 from typing import Any
@@ -16,9 +20,33 @@ from scheduler_core import fields, quantity
 
 Requests = dict[str, Fraction]
 
+# What kube-scheduler accounts besides cpu, memory and ephemeral-storage (`IsScalarResourceName`): extended
+# resources (a domain-qualified name outside *kubernetes.io/), hugepages-*, *kubernetes.io/* and
+# attachable-volumes-*. It ignores any other name, which the apiserver refuses in a container anyway.
+BASE_COUNTED = ("cpu", "memory", "ephemeral-storage")
+HUGEPAGES_PREFIX = "hugepages-"
+_SCALAR_PREFIXES = (HUGEPAGES_PREFIX, "attachable-volumes-")
+_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
+
 
 class RequestsError(quantity.QuantityError):
     """A pod spec whose resources cannot be read, for a shape the apiserver would refuse."""
+
+
+def counted(resource: str) -> bool:
+    """Whether kube-scheduler's NodeResourcesFit accounts a request of `resource` (see BASE_COUNTED)."""
+    if resource in BASE_COUNTED or resource.startswith(_SCALAR_PREFIXES) or "kubernetes.io/" in resource:
+        return True
+    # an extended resource: "requests." + its name must be a qualified name (as a quota would name it)
+    prefix, _, name = resource.partition("/")
+    return (not resource.startswith("requests.") and 0 < len(prefix) <= 244 and 0 < len(name) <= 63
+            and _SUBDOMAIN.fullmatch(prefix) is not None and _NAME.fullmatch(name) is not None)
+
+
+def pod_level(resource: str) -> bool:
+    """Whether pod-level `spec.resources` may name `resource`; it ignores any other."""
+    return resource in ("cpu", "memory") or resource.startswith(HUGEPAGES_PREFIX)
 
 
 def container_requests(container: Mapping[str, Any], only: Collection[str] | None = None) -> Requests:
@@ -52,8 +80,21 @@ def pod_requests(spec: Mapping[str, Any], only: Collection[str] | None = None) -
         _max(init_peak, running)
 
     _max(total, init_peak)
+    total.update(_pod_level(spec, total, only))
     _add(total, _parsed(_object(spec.get("overhead"), "spec.overhead"), only))
     return total
+
+
+def _pod_level(spec: Mapping[str, Any], containers: Requests, only: Collection[str] | None) -> Requests:
+    """The pod-level requests, as the apiserver defaults them: a pod-level limit stands in for a missing
+    request, except that cpu and memory the containers request default to the containers' sum (which
+    is then what the pod needs anyway)."""
+    resources = _object(spec.get("resources"), "spec.resources")
+    requests = _parsed(_object(resources.get("requests"), "spec.resources.requests"), only)
+    for name, limit in _parsed(_object(resources.get("limits"), "spec.resources.limits"), only).items():
+        if name not in requests and not (name in ("cpu", "memory") and name in containers):
+            requests[name] = limit
+    return {name: amount for name, amount in requests.items() if pod_level(name)}
 
 
 def _parsed(amounts: Mapping[str, object], only: Collection[str] | None) -> Requests:

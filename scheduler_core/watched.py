@@ -398,5 +398,6 @@ def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
 
 
 def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:
-    """A node's facts without the fast-changing utilization: a change here may make room."""
-    return dataclasses.replace(facts, gpu_utilization=None)
+    """A node's facts without the fast-changing utilization and the images, which only score: a change
+    here may make room."""
+    return dataclasses.replace(facts, gpu_utilization=None, images={})

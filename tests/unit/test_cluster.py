@@ -92,3 +92,20 @@ def test_many_nodes_grow_the_arrays():
     c.set_node(nodes.parse(node("huge", gpus=16, extra={"example.com/fpga": "2"})))
     assert c.gpu_count[c.index["huge"]] == 16 and c.alloc[c.column("example.com/fpga"), c.index["huge"]] == 2000
     assert c.gpu_count[c.index["n001"]] == 4
+
+
+def with_images(obj, images):
+    obj["status"]["images"] = [{"names": [name], "sizeBytes": size} for name, size in images.items()]
+    return obj
+
+
+def test_the_image_index_follows_node_updates_and_removals():
+    c = model(with_images(node("a"), {"img:1": 10}), with_images(node("b"), {"img:1": 20, "img:2": 5}))
+    rows, sizes = c.image_holders("img:1")
+    assert dict(zip(rows.tolist(), sizes.tolist())) == {c.index["a"]: 10, c.index["b"]: 20}
+    c.set_node(nodes.parse(with_images(node("a"), {"img:2": 7})))
+    assert c.image_holders("img:1")[0].tolist() == [c.index["b"]]
+    assert sorted(c.image_holders("img:2")[1].tolist()) == [5, 7]
+    c.remove_node("b")
+    c.remove_node("a")
+    assert c.images == {} and c.image_holders("img:1") is None

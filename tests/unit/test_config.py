@@ -173,8 +173,8 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
          ["scheduling.weights.gpu-placement: must be an integer >= 0, got -1"]),
         ("scheduling: {weights: {gpu: 1}}",
          ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, node-resources, "
-          "gpu-utilization, spot, locality, node-affinity, taint-toleration, random, bestfit, dotproduct, "
-          "gpupacking, fgd, gpu-fragmentation"]),
+          "balanced-allocation, image-locality, gpu-utilization, spot, locality, node-affinity, taint-toleration, "
+          "random, bestfit, dotproduct, gpupacking, fgd, gpu-fragmentation"]),
         ("scheduling: {localityLabels: []}", ["scheduling.localityLabels: must be a non-empty list of names, got []"]),
         ("scheduling: {utilizationMaxAgeSeconds: 0}",
          ["scheduling.utilizationMaxAgeSeconds: must be a positive integer, got 0"]),

@@ -163,3 +163,11 @@ def test_weights_of_zero_switch_a_plugin_off():
     idle = node("b", annotations={"gpu-scheduler.io/gpu-utilization": "0.1"})
     s = scheduler(busy, idle, scheduling=profile.Scheduling(weights=(("gpu-utilization", 0),)))
     assert s.decide(facts(pod("p", gpus=1))).node == "a"
+
+
+def test_a_pod_goes_where_its_images_are_already():
+    """ImageLocality, at its default weight: b holds the pod's 500 MiB image, a does not."""
+    holder = node("b")
+    holder["status"]["images"] = [{"names": ["x:latest"], "sizeBytes": 500 * 2**20}]
+    decision = scheduler(node("a"), holder).decide(facts(pod("p", gpus=1)), explain=True)
+    assert decision.node == "b" and decision.scores["b"]["image-locality"] > decision.scores["a"]["image-locality"]

@@ -248,6 +248,10 @@ def test_facts_of_huge_annotations_keep_no_long_strings():
         (("spec", "containers"), [{"resources": {"limits": "abc"}}],
          ('resources: resources.limits: expected an object, got "abc"',)),
         (("spec", "overhead"), [1], ('resources: spec.overhead: expected an object, got "[1]"',)),
+        (("spec", "resources"), "x", ('resources: spec.resources: expected an object, got "x"',)),
+        (("spec", "resources"), {"limits": ["cpu"]},
+         ('resources: spec.resources.limits: expected an object, got "[\'cpu\']"',)),
+        (("spec", "volumes"), [{"image": "x"}, 5, {"image": {"reference": 5}}], ()),
         (("spec", "nodeSelector"), ["zone"], ('spec.nodeSelector: must map label names to values, got "[\'zone\']"',)),
         (("spec", "nodeSelector"), {"zone": 5},
          ('spec.nodeSelector: must map label names to values, got "{\'zone\': 5}"',)),
@@ -311,6 +315,9 @@ def test_preferences_that_cannot_be_read_are_left_out():
          {nodes.UTILIZATION_ANNOTATION: "0.4", nodes.UTILIZATION_TIME_ANNOTATION: "2026-11-29T11:58:00"},
          {"gpu_utilization": None}),  # a time without a zone cannot be compared with now
         (("spec", "taints"), "x", {"taints": ()}),
+        (("status", "images"), "x", {"images": {}}),
+        (("status", "images"), [{"names": "x", "sizeBytes": 1}, {"names": ["y"], "sizeBytes": 10**30}],
+         {"images": {"y": 2**63 - 1}}),
         (("status",), None, {"ready": True, "allocatable": {}}),
     ],
 )
@@ -337,7 +344,8 @@ json_values = st.recursive(
 POD_PATHS = [
     ("spec",), ("spec", "priority"), ("spec", "containers"), ("spec", "initContainers"), ("spec", "overhead"),
     ("spec", "tolerations"), ("spec", "nodeSelector"), ("spec", "affinity"), ("spec", "nodeName"),
-    ("spec", "schedulerName"), ("metadata",), ("metadata", "labels"), ("metadata", "annotations"),
+    ("spec", "schedulerName"), ("spec", "resources"), ("spec", "resources", "requests"), ("spec", "volumes"),
+    ("metadata",), ("metadata", "labels"), ("metadata", "annotations"),
     ("metadata", "name"), ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
     ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),
     ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
@@ -348,7 +356,7 @@ NODE_PATHS = [
     ("status",), ("status", "allocatable"), ("status", "allocatable", "cpu"), ("status", "allocatable", "nvidia.com/gpu"),
     ("status", "capacity"), ("status", "conditions"), ("metadata", "labels"), ("metadata", "annotations"),
     ("metadata", "labels", "gpu.nvidia.com/count"), ("metadata", "labels", "gpu.nvidia.com/model"),
-    ("spec", "taints"), ("spec", "unschedulable"), ("metadata", "name"),
+    ("spec", "taints"), ("spec", "unschedulable"), ("metadata", "name"), ("status", "images"),
 ]
 ANNOTATIONS = [pods.MILLI_ANNOTATION, pods.MEMORY_ANNOTATION, pods.MODEL_ANNOTATION, pods.SPOT_ANNOTATION,
                pods.DEVICES_ANNOTATION, "example.com/other"]

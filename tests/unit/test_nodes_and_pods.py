@@ -78,6 +78,45 @@ def test_pod_facts():
     assert facts.problems == ()
 
 
+def test_requests_are_what_kube_scheduler_counts_in_its_order_of_reasons():
+    obj = pod("p", cpu="1500u", mem="1500m", extra={"example.com/b": "1", "example.com/a": "0", "foo": "3",
+                                                    "ephemeral-storage": "1k", "hugepages-2Mi": "2Mi"})
+    requests = pods.parse(obj).requests
+    # cpu in millicores rounded up; every other resource in whole units rounded up (memory 1.5 bytes: 2),
+    # then in thousandths; a request of 0 and a name kube-scheduler does not count are left out
+    assert list(requests.items()) == [("pods", 1000), ("cpu", 2), ("memory", 2000), ("ephemeral-storage", 10**6),
+                                      ("example.com/b", 1000), ("hugepages-2Mi", 2 * 2**20 * 1000)]
+
+
+def test_node_amounts_round_as_kube_scheduler_counts_them():
+    parsed = nodes.parse(node("n", gpus=0, cpu="1500u", memory="1500m", max_pods=0, extra={"pods": "1500m"}))
+    assert parsed.allocatable == {"cpu": 2, "memory": 2000, "pods": 2000}
+
+
+def test_node_images_are_every_name_with_its_size_bounded():
+    images = [{"names": ["r/a:1", "r/a:latest"], "sizeBytes": 100}, {"names": ["r/b:1"], "sizeBytes": "big"},
+              {"names": ["r/a:1", 5, "x" * 2000], "sizeBytes": 300}, {"sizeBytes": 4}, "junk"]
+    obj = node("n")
+    obj["status"]["images"] = images
+    assert nodes.parse(obj).images == {"r/a:1": 300, "r/a:latest": 100, "r/b:1": 0}
+    obj["status"]["images"] = [{"names": [f"r/{i}:{j}" for j in range(10)], "sizeBytes": i} for i in range(1000)]
+    many = nodes.parse(obj).images
+    assert len(many) == nodes.MAX_IMAGE_NAMES and many["r/0:0"] == 0
+    other = node("m")
+    other["status"]["images"] = [{"names": [f"r/{0}:{0}"]}]
+    assert next(iter(nodes.parse(other).images)) is next(iter(many))  # one string for every node that lists it
+
+
+def test_pod_images_are_those_of_containers_init_containers_and_image_volumes():
+    obj = pod("p")
+    obj["spec"]["initContainers"] = [{"name": "i", "image": "r/init"}]
+    obj["spec"]["containers"] += [{"name": "b", "image": "x:latest"}, {"name": "c", "image": "x" * 2000}, {"name": "d"}]
+    obj["spec"]["volumes"] = [{"name": "v", "image": {"reference": "r/model:v2"}}, {"name": "e", "emptyDir": {}}]
+    facts = pods.parse(obj)
+    assert facts.images == (("r/init:latest", 1), ("x:latest", 2), ("r/model:v2", 1))
+    assert facts.containers == 5
+
+
 def test_locality_prefers_part_of_over_app():
     assert pods.parse(pod("p", labels={"app": "x", "app.kubernetes.io/part-of": "y"})).app == "y"
 

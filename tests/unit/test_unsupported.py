@@ -45,7 +45,6 @@ UNSUPPORTED = [
         "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}]),
      ["spec.volumes[1].persistentVolumeClaim", "spec.volumes[2].ephemeral"]),
     (with_spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu"}]), ["spec.resourceClaims"]),
-    (with_spec(resources={"requests": {"cpu": "1"}}), ["spec.resources"]),
 ]
 
 

@@ -390,3 +390,12 @@ def test_an_annotation_edited_while_its_node_is_away_moves_nothing_when_the_node
     found.pod_event("MODIFIED", edited, now=NOW)
     found.node_event("ADDED", node("a", gpus=2), now=NOW)
     assert used(found, "a") == [0, 1000]
+
+
+def test_a_node_that_only_lists_other_images_makes_no_room():
+    """Images only score (ImageLocality): pods that fit nowhere need not be tried again for them."""
+    found = model(node("a"))
+    pulled = node("a")
+    pulled["status"]["images"] = [{"names": ["registry.example/train:v2"], "sizeBytes": 5 * 2**30}]
+    assert not found.node_event("MODIFIED", pulled, now=NOW).freed
+    assert found.cluster.images == {"registry.example/train:v2": {found.cluster.index["a"]: 5 * 2**30}}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from scheduler_core import framework, plugins, profile, watched
@@ -45,6 +46,12 @@ def load(name: str) -> dict[str, Any]:
     for case in table["cases"]:
         case["id"] = case["name"].replace(" ", "-")
     return table
+
+
+def params(table: dict[str, Any]) -> list[Any]:
+    """The table's cases as pytest parameters, named by their ids; a case with `skip:` is skipped with its reason."""
+    return [pytest.param(case, id=case["id"], marks=[pytest.mark.skip(reason=case["skip"])] if "skip" in case else [])
+            for case in table["cases"]]
 
 
 def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
