@@ -218,7 +218,7 @@ def test_filter_of_an_empty_node_list_as_go_encodes_it():
         (node("n", gpus=1), (), gpu_pod("p", gpus=2), "Insufficient nvidia.com/gpu", True),
         (node("n", cpu="2", memory="1Gi"), (), gpu_pod("p", gpus=1, cpu="4", mem="2Gi"),
          "Insufficient cpu, Insufficient memory", True),
-        (node("n", taints=INFRA), (), gpu_pod("p", gpus=1), "node(s) had untolerated taint {dedicated: infra}", False),
+        (node("n", taints=INFRA), (), gpu_pod("p", gpus=1), "node(s) had untolerated taint(s)", False),
         (node("n", taints=INFRA, unschedulable=True), (), gpu_pod("p", gpus=1), "node(s) were unschedulable", False),
         (node("n", gpus=1, model="NVIDIA-L4"), (), gpu_pod("p", gpus=2, model="A100"),
          "GPU model mismatch (want A100)", False),

@@ -20,7 +20,7 @@ def reason(*node_objects, pod_obj):
         ([node("a", gpus=1), node("b", gpus=2)], pod("p", gpus=4),
          "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
         ([node("a", taints=INFRA)], pod("p", gpus=1),
-         "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}."),
+         "0/1 nodes are available: 1 node(s) had untolerated taint(s)."),
         ([node("a", unschedulable=True)], pod("p", gpus=1), "0/1 nodes are available: 1 node(s) were unschedulable."),
         ([node("a", ready=False)], pod("p", gpus=1), "0/1 nodes are available: 1 node(s) were not ready."),
         ([node("a")], pod("p", gpus=1, node_selector={"pool": "gpu"}),
@@ -47,7 +47,7 @@ def reason(*node_objects, pod_obj):
              node("e", model="NVIDIA-T4"), node("f", taints=INFRA), node("g", taints=INFRA)],
             pod("p", gpus=2, model="A100|H100"),
             "0/7 nodes are available: 3 Insufficient nvidia.com/gpu, 2 GPU model mismatch (want A100|H100), "
-            "2 node(s) had untolerated taint {dedicated: infra}.",
+            "2 node(s) had untolerated taint(s).",
         ),
     ],
     ids=["gpus", "taint", "cordoned", "not-ready", "selector", "model", "memory", "memory-unknown", "no-gpus",
