@@ -80,6 +80,25 @@ def test_required_and_preferred_node_affinity():
     assert s.decide(facts(pod("p", gpus=1, affinity=affinity))).node == "c"
 
 
+BROKEN_PREFERENCE = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 10, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}},
+    {"weight": 5, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["no good"]}]}}]}}
+
+
+def test_a_preferred_term_that_does_not_parse_fails_the_pod_when_nodes_must_be_scored():
+    """The API takes an invalid label value in a preferred term; kube-scheduler's PreScore then fails the cycle,
+    which it runs only when more than one node fits (and the node-affinity score is on)."""
+    broken = facts(pod("p", gpus=1, affinity=BROKEN_PREFERENCE))
+    assert broken.preferred_problem == (
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].preference.matchExpressions[0]"
+        ".values[0]: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, got \"no good\"")
+    decision = scheduler(node("a"), node("b")).decide(broken)
+    assert (decision.node, decision.reason) == (None, f"{broken.preferred_problem} (needed to score the 2 nodes that fit)")
+    assert scheduler(node("a"), node("b", gpus=0)).decide(broken).node == "a"
+    unscored = profile.Scheduling(weights=(("node-affinity", 0),))
+    assert scheduler(node("a"), node("b"), scheduling=unscored).decide(broken).node is not None
+
+
 GPU_PLACEMENT_ONLY = profile.Scheduling(weights=(("gpu-fragmentation", 0),))  # the default before issue 7
 
 

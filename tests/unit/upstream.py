@@ -5,6 +5,7 @@ v1.36.3, `pkg/scheduler/framework/plugins/<plugin>/*_test.go`) as Kubernetes obj
 verdicts; the facts carry over, the code that checks them is ours. A file:
 
     plugin: NodePorts                # the name in scheduler_core.plugins.FILTERS (or SCORES for `score` cases)
+    score_plugin: node-affinity      # optional: the name in SCORES when the file also has `score` cases
     source: pkg/scheduler/framework/plugins/nodeports/node_ports_test.go  # where the cases come from
     cases:
       - name: same port             # upstream's test name
@@ -19,6 +20,8 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
 
 Upstream builds many objects with helpers (st.MakePod()...); the data spells out what they build,
 defaults included (a node's allocatable is what the case gives it, nothing more).
+
+A test module needs no more than `@upstream.each_case(TABLE)` on a test that calls `upstream.check(TABLE, case)`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from scheduler_core import framework, plugins, profile, watched
@@ -45,6 +49,21 @@ def load(name: str) -> dict[str, Any]:
     for case in table["cases"]:
         case["id"] = case["name"].replace(" ", "-")
     return table
+
+
+def each_case(table: dict[str, Any]) -> pytest.MarkDecorator:
+    """Parametrize a test by the table's cases, with their ids."""
+    return pytest.mark.parametrize("case", table["cases"], ids=[case["id"] for case in table["cases"]])
+
+
+def check(table: dict[str, Any], case: dict[str, Any]) -> None:
+    """Assert what the case expects (its `filter` verdicts, its `score`s), or skip it naming why."""
+    if case.get("skip"):
+        pytest.skip(case["skip"])
+    if "filter" in case:
+        assert filter_verdicts(case, table["plugin"]) == case["filter"]
+    if "score" in case:
+        assert scores(case, table.get("score_plugin", table["plugin"])) == case["score"]
 
 
 def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
