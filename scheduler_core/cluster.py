@@ -16,7 +16,7 @@ import numpy as np
 
 from scheduler_core import fields
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
-from scheduler_core.pods import Device, PodFacts, format_devices
+from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
@@ -45,6 +45,9 @@ class Cluster:
         self.zones: dict[str, int] = {}
         self.images: dict[str, dict[int, int]] = {}  # image name -> {row: its size there}, for ImageLocality
         self._image_arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # image_holders, until it changes
+        # host ports held on nodes, for NodePorts: (protocol, port) -> row -> host IP -> pods holding it.
+        # Only pods with host ports touch it, and a query reads only the nodes where that port is held.
+        self.port_holders: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
@@ -279,6 +282,8 @@ class Cluster:
         self._add_requests(row, pod, sign=-1)
         self._take_devices(row, assignment.devices, sign=-1)
         self.node_pods[row].discard(key)
+        if pod.host_ports:
+            self._hold_ports(row, pod.host_ports, sign=-1)
         if pod.app:
             self.app_on_node[pod.app][row] -= 1
             if self.zone[row] >= 0:
@@ -291,6 +296,8 @@ class Cluster:
         self._take_devices(row, devices, sign=1)
         self.assignments[pod.identity] = Assignment(pod, row, devices)
         self.node_pods[row].add(pod.identity)
+        if pod.host_ports:
+            self._hold_ports(row, pod.host_ports, sign=1)
         if pod.app:
             self.app_on_node[pod.app][row] += 1
             if self.zone[row] >= 0:
@@ -312,6 +319,30 @@ class Cluster:
         if use > MAX_MILLI:
             self._beyond_max[cell] = use
         self.used[cell] = min(use, MAX_MILLI)
+
+    def _hold_ports(self, row: int, ports: Iterable[HostPort], sign: int) -> None:
+        """Count the pod's host ports in (sign 1) or out (-1). Counted, not a set as upstream's HostPortInfo:
+        when two pods hold one port (one bound by another scheduler), the port stays taken until both leave."""
+        for ip, protocol, port in ports:
+            by_row = self.port_holders.setdefault((protocol, port), {})
+            ips = by_row.setdefault(row, Counter())
+            ips[ip] += sign
+            if ips[ip] <= 0:
+                del ips[ip]
+            if not ips:
+                del by_row[row]
+            if not by_row:
+                del self.port_holders[(protocol, port)]
+
+    def rows_holding(self, ports: Iterable[HostPort]) -> set[int]:
+        """The rows where one of `ports` conflicts with a port held (HostPortInfo.CheckConflict): the same
+        protocol and port, on the same host IP, or where either side binds every address (0.0.0.0)."""
+        rows = set()
+        for ip, protocol, port in ports:
+            for row, ips in self.port_holders.get((protocol, port), {}).items():
+                if ip == ANY_IP or ip in ips or ANY_IP in ips:
+                    rows.add(row)
+        return rows
 
     def _take_devices(self, row: int, devices: Iterable[Device], sign: int) -> None:
         for device in devices:

@@ -4,7 +4,7 @@ Like kube-scheduler's framework: filters in a fixed order, each node counted und
 first filter that rejects it; scores 0..100 per plugin, weighted and summed; ties go to
 the first node by name, so the same input always gives the same answer. Unschedulable
 pods get kube-scheduler's message shape: `0/7 nodes are available: 3 Insufficient
-nvidia.com/gpu, 2 node(s) had untolerated taint {dedicated: infra}.`
+nvidia.com/gpu, 2 node(s) had untolerated taint(s).`
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class Framework:
             if not alive.any():
                 return Decision(pod.key, None, reason=self._rejections(cycle))
         rows = np.flatnonzero(alive)
+        if rows.size > 1 and pod.preferred_problem and self.scheduling.weight_of("node-affinity") > 0:
+            # kube-scheduler's PreScore fails on it, and it scores only when more than one node fits
+            return Decision(pod.key, None, reason=f"{pod.preferred_problem} (needed to score the {rows.size} nodes "
+                                                  "that fit)")
 
         total = np.zeros(rows.size)
         weighted: dict[str, np.ndarray] = {}

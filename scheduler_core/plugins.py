@@ -67,22 +67,14 @@ def node_ready(cycle: Cycle) -> Failures:
 
 
 def taint_toleration(cycle: Cycle) -> Failures:
-    def compute() -> Failures:
-        by_taint: dict[str, list[int]] = {}
+    def compute() -> np.ndarray:
+        fails = np.zeros(cycle.rows, dtype=bool)
         for row, facts in enumerate(cycle.cluster.facts):
-            if facts is None or not facts.taints:
-                continue
-            taint = predicates.first_untolerated(facts.taints, cycle.pod.tolerations)
-            if taint is not None:
-                by_taint.setdefault(taint.describe(), []).append(row)
-        failures = []
-        for description, rows in by_taint.items():
-            mask = np.zeros(cycle.rows, dtype=bool)
-            mask[rows] = True
-            failures.append((mask, f"node(s) had untolerated taint {description}"))
-        return failures
+            if facts is not None and facts.taints:
+                fails[row] = predicates.first_untolerated(facts.taints, cycle.pod.tolerations) is not None
+        return fails
 
-    return cycle.cached(("taints", cycle.pod.tolerations), compute)
+    return [(cycle.cached(("taints", cycle.pod.tolerations), compute), "node(s) had untolerated taint(s)")]
 
 
 def node_affinity(cycle: Cycle) -> Failures:
@@ -105,6 +97,15 @@ def node_affinity(cycle: Cycle) -> Failures:
 
     mask = cycle.cached(("affinity", selector, pod.required_terms), compute)
     return [(mask, "node(s) didn't match Pod's node affinity/selector")]
+
+
+def node_ports(cycle: Cycle) -> Failures:
+    """The nodes where a host port the pod asks for is held already; nothing to do for a pod without one."""
+    if not cycle.pod.host_ports:
+        return []
+    fails = np.zeros(cycle.rows, dtype=bool)
+    fails[list(cycle.cluster.rows_holding(cycle.pod.host_ports))] = True
+    return [(fails, "node(s) didn't have free ports for the requested pod ports")]
 
 
 def spot_policy(cycle: Cycle) -> Failures:
@@ -185,6 +186,7 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("NodeReady", node_ready),
     ("TaintToleration", taint_toleration),
     ("NodeAffinity", node_affinity),
+    ("NodePorts", node_ports),
     ("Spot", spot_policy),
     ("GPUPresent", gpu_present),
     ("GPUModel", gpu_model),
@@ -323,33 +325,41 @@ def locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 
 def node_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """The weights of the preferred terms a node matches, scaled so the best candidate gets 100."""
     terms = cycle.pod.preferred_terms
     if not terms:
         return np.zeros(rows.size)
 
     def compute() -> np.ndarray:
-        raw = np.zeros(cycle.rows)
+        raw = np.zeros(cycle.rows, dtype=np.int64)
         for row, facts in enumerate(cycle.cluster.facts):
             if facts is not None:
                 raw[row] = sum(weight for weight, term in terms if term.matches(facts.labels, facts.name))
         return raw
 
-    raw = cycle.cached(("preferred", terms), compute)[rows]
-    top = raw.max(initial=0.0)
-    return 100.0 * raw / top if top > 0 else np.zeros(rows.size)
+    return _normalized(cycle.cached(("preferred", terms), compute)[rows], reverse=False)
 
 
 def taint_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Fewer untolerated PreferNoSchedule taints is better: none gets 100, the most among the candidates 0."""
     def compute() -> np.ndarray:
-        raw = np.zeros(cycle.rows)
+        raw = np.zeros(cycle.rows, dtype=np.int64)
         for row, facts in enumerate(cycle.cluster.facts):
             if facts is not None and facts.taints:
                 raw[row] = predicates.count_untolerated(facts.taints, cycle.pod.tolerations, "PreferNoSchedule")
         return raw
 
-    raw = cycle.cached(("prefer-no-schedule", cycle.pod.tolerations), compute)[rows]
-    top = raw.max(initial=0.0)
-    return 100.0 - 100.0 * raw / top if top > 0 else np.full(rows.size, 100.0)
+    return _normalized(cycle.cached(("prefer-no-schedule", cycle.pod.tolerations), compute)[rows], reverse=True)
+
+
+def _normalized(raw: np.ndarray, *, reverse: bool) -> np.ndarray:
+    """helper.DefaultNormalizeScore: 0..100 in proportion to the highest, in whole numbers rounded down as
+    kube-scheduler's integer arithmetic does; `reverse` turns it upside down (all zero: all 100)."""
+    top = int(raw.max(initial=0))
+    if top == 0:
+        return np.full(raw.size, 100.0 if reverse else 0.0)
+    scores = (100 * raw) // top
+    return (100 - scores if reverse else scores).astype(float)
 
 
 SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {

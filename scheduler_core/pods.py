@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from scheduler_core import fields, predicates, quantity, requests
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
@@ -31,6 +31,10 @@ SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
 TERMINAL_PHASES = ("Succeeded", "Failed")  # such a pod holds no resources any more
 MAX_MODEL = 256  # characters of gpu.nvidia.com/model: a few dozen model names
 MAX_DEVICES_TEXT = 4096  # characters of gpu-scheduler.io/gpu-devices: MAX_GPUS entries fit
+MAX_PORT = 65535
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+MAX_HOST_IP = 45  # characters of the longest IPv6 address
+ANY_IP = "0.0.0.0"  # a host port on every address: what an empty hostIP means
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,14 @@ class Device:
 
     index: int
     milli: int  # 1000: the whole GPU
+
+
+class HostPort(NamedTuple):
+    """A port a pod holds on its node's network, as kube-scheduler's HostPortInfo keys it."""
+
+    ip: str  # ANY_IP when the pod gives none
+    protocol: str  # TCP when the pod gives none
+    port: int  # 1..65535
 
 
 @dataclass(frozen=True)
@@ -59,8 +71,12 @@ class PodFacts:
     tolerations: tuple[predicates.Toleration, ...]
     node_selector: Mapping[str, str]
     required_terms: tuple[predicates.Term, ...] | None  # None: no required node affinity
-    preferred_terms: tuple[tuple[int, predicates.Term], ...]
+    preferred_terms: tuple[tuple[int, predicates.Term], ...]  # those that parse, with their weights
+    # Why a preferred term does not parse (the API accepts an invalid label value there): kube-scheduler
+    # then fails the pod's cycle at PreScore, which it reaches only with more than one feasible node.
+    preferred_problem: str | None
     spot: str | None
+    host_ports: tuple[HostPort, ...]  # of its containers and sidecars, in spec order
     app: str | None  # the application, for locality
     devices: tuple[Device, ...] | None  # restored from the record (or else the annotation) of an assigned pod
     devices_from: str | None  # where `devices` were read, for messages: the condition or the annotation
@@ -115,6 +131,7 @@ def parse(
     model, models = _models(annotations.get(MODEL_ANNOTATION), problems)
     affinity = fields.mapping(fields.mapping(spec.get("affinity")).get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    preferred_terms, preferred_problem = _preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
     node_name = spec.get("nodeName")
     devices, devices_from, devices_problem = _assigned_devices(pod)
     return PodFacts(
@@ -131,10 +148,13 @@ def parse(
         min_gpu_memory_mib=_memory(annotations.get(MEMORY_ANNOTATION), problems),
         tolerations=predicates.parse_tolerations(spec.get("tolerations")),
         node_selector=_node_selector(spec.get("nodeSelector"), problems),
-        # required terms that cannot be read match no node
-        required_terms=predicates.parse_terms(fields.mapping(required).get("nodeSelectorTerms")) if required else None,
-        preferred_terms=_preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution")),
+        # required terms that cannot be read match no node; present but empty, it matches none at all
+        required_terms=(predicates.parse_terms(fields.mapping(required).get("nodeSelectorTerms"))
+                        if required is not None else None),
+        preferred_terms=preferred_terms,
+        preferred_problem=preferred_problem,
         spot=_spot(annotations.get(SPOT_ANNOTATION), problems),
+        host_ports=_host_ports(spec, problems),
         app=next((labels[k] for k in locality_labels if labels.get(k)), None),
         devices=devices,
         devices_from=devices_from,
@@ -189,13 +209,6 @@ def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
     for index, constraint in enumerate(fields.sequence(spec.get("topologySpreadConstraints"))):
         if fields.mapping(constraint).get("whenUnsatisfiable", "DoNotSchedule") != "ScheduleAnyway":
             found.append(f"spec.topologySpreadConstraints[{index}]")
-    for group in ("initContainers", "containers"):
-        for index, container in enumerate(fields.sequence(spec.get(group))):
-            if group == "initContainers" and fields.mapping(container).get("restartPolicy") != "Always":
-                continue  # it has ended before the pod runs: kube-scheduler ignores its host ports too
-            for port_index, port in enumerate(fields.sequence(fields.mapping(container).get("ports"))):
-                if fields.mapping(port).get("hostPort"):
-                    found.append(f"spec.{group}[{index}].ports[{port_index}].hostPort")
     for index, volume in enumerate(fields.sequence(spec.get("volumes"))):
         for source in ("persistentVolumeClaim", "ephemeral"):
             if fields.mapping(volume).get(source) is not None:
@@ -331,14 +344,57 @@ def _node_selector(value: object, problems: list[str]) -> dict[str, str]:
     return selector
 
 
-def _preferred(value: object) -> tuple[tuple[int, predicates.Term], ...]:
-    """Preferred terms; one that cannot be read is left out, as it would only add to scores."""
-    return tuple(
-        (p["weight"], predicates.parse_terms([p["preference"]])[0])
-        for p in (value if isinstance(value, list) else [])
-        if isinstance(p, Mapping) and _integer(p.get("weight")) and 0 < p["weight"] <= 100
-        and isinstance(p.get("preference"), Mapping)
-    )
+def _preferred(value: object) -> tuple[tuple[tuple[int, predicates.Term], ...], str | None]:
+    """The preferred terms that parse, with their weights, and why the first that does not parse fails
+    (see PodFacts.preferred_problem). An entry of the wrong shape, which no apiserver stores, is left out."""
+    terms, problem = [], None
+    for index, entry in enumerate(fields.sequence(value)):
+        entry = fields.mapping(entry)
+        weight, preference = entry.get("weight"), entry.get("preference")
+        if not _integer(weight) or not 0 < weight <= 100 or not isinstance(preference, Mapping):
+            continue
+        term = predicates.parse_term(preference)
+        if term.problem is None:
+            terms.append((weight, term))
+        elif problem is None:
+            problem = (f"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{index}]"
+                       f".preference.{term.problem}")
+    return tuple(terms), problem
+
+
+def _host_ports(spec: Mapping[str, Any], problems: list[str]) -> tuple[HostPort, ...]:
+    """As util.GetHostPorts: the ports with a hostPort of the containers and of the restartable init containers
+    (sidecars; any other init container has ended before the pod runs)."""
+    found = []
+    for group in ("initContainers", "containers"):
+        for index, container in enumerate(fields.sequence(spec.get(group))):
+            container = fields.mapping(container)
+            if group == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            for port_index, port in enumerate(fields.sequence(container.get("ports"))):
+                held = _host_port(fields.mapping(port), f"spec.{group}[{index}].ports[{port_index}]", problems)
+                if held is not None:
+                    found.append(held)
+    return tuple(found)
+
+
+def _host_port(port: Mapping[str, Any], path: str, problems: list[str]) -> HostPort | None:
+    """The host port `port` holds; None for none (hostPort absent or 0) or one that cannot be read."""
+    number, protocol, ip = port.get("hostPort"), port.get("protocol") or "TCP", port.get("hostIP") or ANY_IP
+    if number is None:
+        return None
+    if not _integer(number) or not 0 <= number <= MAX_PORT:
+        problems.append(f"{path}.hostPort: must be an integer from 0 to {MAX_PORT}, got {fields.shown(number)}")
+        return None
+    if number == 0:
+        return None
+    if protocol not in PROTOCOLS:
+        problems.append(f"{path}.protocol: must be one of {', '.join(PROTOCOLS)}, got {fields.shown(protocol)}")
+        return None
+    if not isinstance(ip, str) or len(ip) > MAX_HOST_IP:
+        problems.append(f"{path}.hostIP: must be an IP address, got {fields.shown(ip)}")
+        return None
+    return HostPort(ip, protocol, number)
 
 
 def _spot(value: object, problems: list[str]) -> str | None:

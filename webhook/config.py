@@ -15,8 +15,8 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from scheduler_core import objects, profile
-from webhook import names, selectors
+from scheduler_core import names, objects, profile
+from webhook import selectors
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
 MEMORY_ANNOTATION = "gpu.nvidia.com/memory"

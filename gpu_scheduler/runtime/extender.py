@@ -55,7 +55,7 @@ FILTERED_SCORES = 64  # the scores /filter computed, kept for the /prioritize of
 # Rejections that evicting pods can cure. Every other rejection (GPU model, taints, affinity, a node we
 # do not know ...) is also reported in FailedAndUnresolvableNodes, so kube-scheduler's preemption, which
 # cannot ask us, never evicts pods from a node this pod could not use anyway.
-RESOLVABLE_BY_PREEMPTION = frozenset({"NodeResourcesFit", "GPUDevices"})
+RESOLVABLE_BY_PREEMPTION = frozenset({"NodePorts", "NodeResourcesFit", "GPUDevices"})
 
 REQUESTS = Counter(
     "gpu_scheduler_extender_requests_total",

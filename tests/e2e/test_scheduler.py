@@ -171,15 +171,16 @@ def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(ap
 
 
 def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_which(api, scheduler):
-    """Required pod anti-affinity and a host port, on the real apiserver: not bound, PodScheduled=False naming
-    both fields, and a FailedScheduling event; a plain pod created after them is bound meanwhile."""
+    """Required pod anti-affinity and a DoNotSchedule spread, on the real apiserver: not bound, PodScheduled=False
+    naming both fields, and a FailedScheduling event; a plain pod created after them is bound meanwhile."""
     core: Any = client.CoreV1Api(api)
     ns = namespace(core)
     held = gpu_pod("anti-affine")
     held["metadata"]["labels"] = {"app": "web"}
     held["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    held["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+    held["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]
     core.create_namespaced_pod(ns, held)
     core.create_namespaced_pod(ns, gpu_pod("plain"))
     wait_for(lambda: core.read_namespaced_pod("plain", ns).spec.node_name, "the plain pod to be bound")
@@ -193,6 +194,6 @@ def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_wh
     assert (condition.status, condition.reason) == ("False", "Unschedulable")
     assert condition.message == pods_core.unsupported_reason((
         "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-        "spec.containers[0].ports[0].hostPort"))
+        "spec.topologySpreadConstraints[0]"))
     wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "anti-affine"
                          for e in core.list_namespaced_event(ns).items), "a FailedScheduling event")

@@ -31,10 +31,12 @@ INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
 DEVICES = "gpu-scheduler.io/gpu-devices"
 
 
-def gpu_pod(name: str, **kwargs: Any) -> dict[str, Any]:
+def gpu_pod(name: str, *, host_port: int | None = None, **kwargs: Any) -> dict[str, Any]:
     obj = pod(name, **kwargs)
     obj["metadata"]["uid"] = f"uid-{name}"
     obj["spec"]["schedulerName"] = "default-scheduler"
+    if host_port:
+        obj["spec"]["containers"][0]["ports"] = [{"containerPort": host_port, "hostPort": host_port}]
     return obj
 
 
@@ -218,7 +220,7 @@ def test_filter_of_an_empty_node_list_as_go_encodes_it():
         (node("n", gpus=1), (), gpu_pod("p", gpus=2), "Insufficient nvidia.com/gpu", True),
         (node("n", cpu="2", memory="1Gi"), (), gpu_pod("p", gpus=1, cpu="4", mem="2Gi"),
          "Insufficient cpu, Insufficient memory", True),
-        (node("n", taints=INFRA), (), gpu_pod("p", gpus=1), "node(s) had untolerated taint {dedicated: infra}", False),
+        (node("n", taints=INFRA), (), gpu_pod("p", gpus=1), "node(s) had untolerated taint(s)", False),
         (node("n", taints=INFRA, unschedulable=True), (), gpu_pod("p", gpus=1), "node(s) were unschedulable", False),
         (node("n", gpus=1, model="NVIDIA-L4"), (), gpu_pod("p", gpus=2, model="A100"),
          "GPU model mismatch (want A100)", False),
@@ -227,12 +229,14 @@ def test_filter_of_an_empty_node_list_as_go_encodes_it():
         (node("n", gpus=0), (), gpu_pod("p", milli=300), "node(s) had no GPUs", False),
         (node("n", gpus=1), (gpu_pod("q", milli=800, node_name="n"),), gpu_pod("p", milli=300),
          "node(s) had no GPU with 300/1000 free", True),
+        (node("n"), (gpu_pod("q", host_port=9100, node_name="n"),), gpu_pod("p", gpus=1, host_port=9100),
+         "node(s) didn't have free ports for the requested pod ports", True),
         (node("n"), (), gpu_pod("p", milli=2000),
          'annotation gpu-scheduler.io/gpu-milli: must be an integer from 1 to 999 (thousandths of one GPU), '
          'got "2000"', False),
     ],
     ids=["gpus", "cpu-and-memory", "taint", "first-filter-wins", "model-before-size", "gpu-memory", "no-gpus",
-         "share", "pod-problem"],
+         "share", "host-port", "pod-problem"],
 )
 def test_failed_nodes_carry_the_reason_of_the_first_filter_that_rejects(node_obj, bound, pod_obj, reason,
                                                                         preemption_may_help):

@@ -20,7 +20,7 @@ def reason(*node_objects, pod_obj):
         ([node("a", gpus=1), node("b", gpus=2)], pod("p", gpus=4),
          "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
         ([node("a", taints=INFRA)], pod("p", gpus=1),
-         "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}."),
+         "0/1 nodes are available: 1 node(s) had untolerated taint(s)."),
         ([node("a", unschedulable=True)], pod("p", gpus=1), "0/1 nodes are available: 1 node(s) were unschedulable."),
         ([node("a", ready=False)], pod("p", gpus=1), "0/1 nodes are available: 1 node(s) were not ready."),
         ([node("a")], pod("p", gpus=1, node_selector={"pool": "gpu"}),
@@ -47,7 +47,7 @@ def reason(*node_objects, pod_obj):
              node("e", model="NVIDIA-T4"), node("f", taints=INFRA), node("g", taints=INFRA)],
             pod("p", gpus=2, model="A100|H100"),
             "0/7 nodes are available: 3 Insufficient nvidia.com/gpu, 2 GPU model mismatch (want A100|H100), "
-            "2 node(s) had untolerated taint {dedicated: infra}.",
+            "2 node(s) had untolerated taint(s).",
         ),
     ],
     ids=["gpus", "taint", "cordoned", "not-ready", "selector", "model", "memory", "memory-unknown", "no-gpus",
@@ -78,6 +78,25 @@ def test_required_and_preferred_node_affinity():
     }}
     s = scheduler(node("a"), node("b", zone="zone-b"), node("c", zone="zone-b", labels={"tier": "gold"}))
     assert s.decide(facts(pod("p", gpus=1, affinity=affinity))).node == "c"
+
+
+BROKEN_PREFERENCE = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 10, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}},
+    {"weight": 5, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["no good"]}]}}]}}
+
+
+def test_a_preferred_term_that_does_not_parse_fails_the_pod_when_nodes_must_be_scored():
+    """The API takes an invalid label value in a preferred term; kube-scheduler's PreScore then fails the cycle,
+    which it runs only when more than one node fits (and the node-affinity score is on)."""
+    broken = facts(pod("p", gpus=1, affinity=BROKEN_PREFERENCE))
+    assert broken.preferred_problem == (
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].preference.matchExpressions[0]"
+        ".values[0]: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, got \"no good\"")
+    decision = scheduler(node("a"), node("b")).decide(broken)
+    assert (decision.node, decision.reason) == (None, f"{broken.preferred_problem} (needed to score the 2 nodes that fit)")
+    assert scheduler(node("a"), node("b", gpus=0)).decide(broken).node == "a"
+    unscored = profile.Scheduling(weights=(("node-affinity", 0),))
+    assert scheduler(node("a"), node("b"), scheduling=unscored).decide(broken).node is not None
 
 
 GPU_PLACEMENT_ONLY = profile.Scheduling(weights=(("gpu-fragmentation", 0),))  # the default before issue 7

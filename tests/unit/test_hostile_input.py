@@ -275,6 +275,7 @@ def test_wrong_types_in_a_pod_become_problems_or_nothing(path, value, problems):
     "required",
     [
         "x",
+        {},  # present and empty matches no node, as upstream's selector without terms
         {"nodeSelectorTerms": "x"},
         {"nodeSelectorTerms": [5]},
         {"nodeSelectorTerms": [{"matchExpressions": [5]}]},

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduler_core import predicates
+from scheduler_core import names, predicates
 
 T = predicates.Taint
 Tol = predicates.Toleration
@@ -19,6 +19,11 @@ Tol = predicates.Toleration
         (Tol("", "Exists", "", ""), T("anything", "x", "NoSchedule"), True),  # tolerate everything
         (Tol("other", "Exists", "", ""), T("dedicated", "x", "NoSchedule"), False),
         (Tol("gpu", "Equal", "", "NoSchedule"), T("gpu", "", "NoSchedule"), True),
+        (Tol("", "Equal", "x", ""), T("any", "x", "NoSchedule"), True),  # an empty key matches any (API refuses it)
+        # Lt and Gt need the feature gate TaintTolerationComparisonOperators, off by default in v1.36
+        (Tol("sla", "Gt", "750", "NoSchedule"), T("sla", "950", "NoSchedule"), False),
+        (Tol("sla", "Gt", "950", "NoSchedule"), T("sla", "950", "NoSchedule"), False),
+        (Tol("sla", "Bogus", "950", "NoSchedule"), T("sla", "950", "NoSchedule"), False),
     ],
 )
 def test_toleration_matching(toleration, taint, tolerated):
@@ -30,7 +35,6 @@ def test_first_untolerated_ignores_prefer_no_schedule():
     assert predicates.first_untolerated(taints, []) == T("hard", "x", "NoSchedule")
     assert predicates.first_untolerated(taints, [Tol("hard", "Exists")]) is None
     assert predicates.count_untolerated(taints, [], "PreferNoSchedule") == 1
-    assert T("dedicated", "infra", "NoSchedule").describe() == "{dedicated: infra}"
 
 
 def terms(*raw):
@@ -52,6 +56,26 @@ def terms(*raw):
         ([{}], {"a": "1"}, "n", False),  # an empty term matches nothing
         ([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}], {}, "node-1", True),
         ([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}], {}, "node-2", False),
+        # what kube-scheduler cannot parse matches nothing, even NotIn
+        ([{"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["not a label value"]}]}], {}, "n", False),
+        ([{"matchExpressions": [{"key": "not a key", "operator": "DoesNotExist"}]}], {}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}], {"a": ""}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["1"]}]}], {"a": "1"}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["1"]}]}], {"a": "1"}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1", "2"]}]}], {"a": "5"}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["-5"]}]}], {"a": "-9"}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["4"]}]}], {"a": "5_000"}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["4"]}]}], {"a": "9" * 18}, "n", True),
+        # past int64
+        ([{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["4"]}]}], {"a": "9" * 19}, "n", False),
+        ([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n", "m"]}]}], {}, "n", False),
+        ([{"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}], {}, "n", False),
+        ([{"matchExpressions": [{"key": "a", "operator": "In", "values": ["b c"]}]},  # ... while the others may match
+          {"matchExpressions": [{"key": "a", "operator": "Exists"}]}], {"a": "1"}, "n", True),
+        # matchFields is a field selector: a field the node lacks reads as ""; a node without a name has none
+        ([{"matchFields": [{"key": "spec.podCIDR", "operator": "NotIn", "values": ["x"]}]}], {}, "n", True),
+        ([{"matchFields": [{"key": "spec.podCIDR", "operator": "In", "values": [""]}]}], {}, "n", True),
+        ([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}], {}, "", True),
     ],
 )
 def test_node_selector_terms(raw_terms, labels, name, matches):
@@ -74,3 +98,43 @@ def test_node_selector_terms(raw_terms, labels, name, matches):
 def test_model_tokens(wanted, node_model, matches):
     alternatives = tuple(predicates.model_tokens(part) for part in wanted.split("|"))
     assert predicates.model_matches(alternatives, node_model) is matches
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ({"matchExpressions": [{"key": "foo", "operator": "NotIn", "values": ["invalid value: x"]}]},
+         "matchExpressions[0].values[0]: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
+         'got "invalid value: x"'),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["b"]},
+                              {"key": "a/b/c", "operator": "Exists"}]},
+         "matchExpressions[1].key: prefix must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'), "
+         'got "a/b/c"'),
+        ({"matchFields": [{"key": "metadata.name", "operator": "Gt", "values": ["1"]}]},
+         'matchFields[0].operator: must be one of In, NotIn, got "Gt"'),
+        ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["x"]}]},
+         "matchExpressions[0].values: must be exactly one integer for Gt and Lt"),
+        ({"matchExpressions": {"key": "a"}}, "matchExpressions: must be a list, got \"{'key': 'a'}\""),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]},
+         'matchExpressions[0].values: must be a list of strings, got "[1]"'),
+    ],
+)
+def test_a_term_that_does_not_parse_says_why(raw, problem):
+    assert predicates.parse_term(raw).problem == problem
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("5", 5), ("+5", 5), ("-5", -5), ("0206", 206), ("0" * 30 + "7", 7), (str(2**63 - 1), 2**63 - 1),
+     (str(2**63), None), (str(-(2**63)), -(2**63)), ("5_000", None), (" 5", None), ("5\n", None), ("٣", None),
+     ("", None), ("+", None)],
+)
+def test_label_values_read_as_integers_as_go_reads_them(text, number):
+    """Gt and Lt compare with strconv.ParseInt(value, 10, 64), stricter than Python's int()."""
+    assert names.int64(text) == number
+
+
+def test_names_end_where_the_text_ends():
+    """Go's regexp `$` does not match before a final newline, as Python's does."""
+    assert names.label_value_problem("gold\n") is not None
+    assert names.qualified_name_problem("tier\n") is not None

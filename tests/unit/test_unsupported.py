@@ -36,11 +36,6 @@ UNSUPPORTED = [
         {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"},
         {"maxSkew": 1, "topologyKey": "zone"}]),  # DoNotSchedule by default
      ["spec.topologySpreadConstraints[1]"]),
-    (with_spec(containers=[{"name": "a", "image": "x"},
-                           {"name": "b", "image": "x", "ports": [{"containerPort": 80},
-                                                                  {"containerPort": 81, "hostPort": 81}]}]),
-     ["spec.containers[1].ports[1].hostPort"]),
-    (sidecar("Always"), ["spec.initContainers[0].ports[0].hostPort"]),
     (with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
         "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}]),
      ["spec.volumes[1].persistentVolumeClaim", "spec.volumes[2].ephemeral"]),
@@ -68,11 +63,12 @@ def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj, pat
     with_spec(affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 10, "podAffinityTerm": TERM}]}}),
     with_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]),
-    sidecar(None),  # an init container ends before the pod runs: its host port holds nothing
-    with_spec(containers=[{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 0}]}]),
+    sidecar(None),  # host ports are evaluated now (NodePorts), of sidecars too
+    sidecar("Always"),
+    with_spec(containers=[{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}]),
     with_spec(volumes=[{"name": "config", "configMap": {"name": "c"}}]),
 ])
-def test_preferences_and_what_holds_no_node_do_not_hold_a_pod_back(obj):
+def test_preferences_and_what_the_core_evaluates_do_not_hold_a_pod_back(obj):
     """kube-scheduler, too, may bind such a pod on any node its filters pass, whatever it scores."""
     assert scheduler(node("a")).decide(facts(obj)).node == "a"
 

@@ -12,9 +12,9 @@ TABLE = upstream.load("imagelocality")
 DIGEST = "sha256:" + hashlib.sha256(b"root").hexdigest()
 
 
-@pytest.mark.parametrize("case", upstream.params(TABLE))
+@upstream.each_case(TABLE)
 def test_image_locality_scores_as_kube_scheduler(case):
-    assert upstream.scores(case, TABLE["plugin"]) == case["score"]
+    upstream.check(TABLE, case)
 
 
 @pytest.mark.parametrize(("name", "normalized"), [

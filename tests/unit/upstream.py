@@ -5,6 +5,7 @@ v1.36.3, `pkg/scheduler/framework/plugins/<plugin>/*_test.go`) as Kubernetes obj
 verdicts; the facts carry over, the code that checks them is ours. A file:
 
     plugin: NodePorts                # the name in scheduler_core.plugins.FILTERS (or SCORES for `score` cases)
+    score_plugin: node-affinity      # optional: the name in SCORES when the file also has `score` cases
     source: pkg/scheduler/framework/plugins/nodeports/node_ports_test.go  # where the cases come from
     cases:
       - name: same port             # upstream's test name
@@ -19,6 +20,8 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
 
 Upstream builds many objects with helpers (st.MakePod()...); the data spells out what they build,
 defaults included (a node's allocatable is what the case gives it, nothing more).
+
+A test module needs no more than `@upstream.each_case(TABLE)` on a test that calls `upstream.check(TABLE, case)`.
 """
 
 from __future__ import annotations
@@ -48,10 +51,19 @@ def load(name: str) -> dict[str, Any]:
     return table
 
 
-def params(table: dict[str, Any]) -> list[Any]:
-    """The table's cases as pytest parameters, named by their ids; a case with `skip:` is skipped with its reason."""
-    return [pytest.param(case, id=case["id"], marks=[pytest.mark.skip(reason=case["skip"])] if "skip" in case else [])
-            for case in table["cases"]]
+def each_case(table: dict[str, Any]) -> pytest.MarkDecorator:
+    """Parametrize a test by the table's cases, named by their ids; a case with `skip:` is skipped naming why."""
+    return pytest.mark.parametrize("case", [
+        pytest.param(case, id=case["id"], marks=[pytest.mark.skip(reason=case["skip"])] if "skip" in case else [])
+        for case in table["cases"]])
+
+
+def check(table: dict[str, Any], case: dict[str, Any]) -> None:
+    """Assert what the case expects: its `filter` verdicts, its `score`s."""
+    if "filter" in case:
+        assert filter_verdicts(case, table["plugin"]) == case["filter"]
+    if "score" in case:
+        assert scores(case, table.get("score_plugin", table["plugin"])) == case["score"]
 
 
 def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
