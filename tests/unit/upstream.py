@@ -14,6 +14,8 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
         namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
         filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
         score: {node: 0..100}        # or: the normalised score per feasible node
+        problem: text                # or: a problem the pod's facts carry, so it is never scheduled (upstream's
+                                     # PreFilter or PreScore refuses the pod with this text)
         skip: why                    # optional: a case the core does not take, and why (a feature outside
                                      # a scheduler's filter, a field the API would refuse)
 
@@ -75,6 +77,11 @@ def filter_verdicts(case: dict[str, Any], plugin: str) -> dict[str, str | None]:
             reasons.setdefault(int(row), []).append(reason)
     return {name: (", ".join(reasons[row]) if row in reasons else None)
             for name, row in found.cluster.index.items()}
+
+
+def problems(case: dict[str, Any]) -> tuple[str, ...]:
+    """The problems the case's pod carries once parsed: each makes it unschedulable before any filter runs."""
+    return cycle_of(case)[1].pod.problems
 
 
 def scores(case: dict[str, Any], plugin: str) -> dict[str, float]:
