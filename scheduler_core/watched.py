@@ -323,9 +323,14 @@ class WatchedCluster:
             self._with_affinity.add(pending.uid)
 
     def _awaiting_affinity(self) -> bool:
-        """Whether a pending pod has required pod affinity (the set is pruned of pods no longer pending)."""
-        self._with_affinity.intersection_update(self.pending)
-        return bool(self._with_affinity)
+        """Whether a pending pod has required pod affinity. Pods no longer pending leave the set here, each
+        once, so a stream of bound pods costs next to nothing."""
+        while self._with_affinity:
+            uid = next(iter(self._with_affinity))
+            if uid in self.pending:
+                return True
+            self._with_affinity.discard(uid)
+        return False
 
     def facts_of(self, obj: Mapping[str, Any]) -> pods.PodFacts:
         """A pod's facts, parsed as the model parses the pods it keeps."""

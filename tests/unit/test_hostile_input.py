@@ -8,7 +8,6 @@ cluster model and check that nothing escapes and the accounting stays whole.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import json
@@ -22,7 +21,7 @@ from hypothesis import strategies as st
 
 from scheduler_core import cluster, framework, nodes, podaffinity, pods, predicates, quantity
 from scheduler_core.nodes import MAX_GPUS, MAX_MILLI
-from tests.unit.builders import facts, node, pod
+from tests.unit.builders import facts, node, planted, pod
 from webhook import rules
 
 LARGEST = 2**63 - 1
@@ -37,18 +36,6 @@ def model(*objs: dict[str, Any]) -> cluster.Cluster:
     for obj in objs:
         c.set_node(nodes.parse(obj))
     return c
-
-
-def planted(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """A copy of `obj` with `value` at `path`, replacing whatever stood in the way."""
-    result = copy.deepcopy(obj)
-    here = result
-    for part in path[:-1]:
-        if not isinstance(here.get(part), dict):
-            here[part] = {}
-        here = here[part]
-    here[path[-1]] = value
-    return result
 
 
 def strings_in(value: object) -> Iterator[str]:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import framework, nodes, plugins, profile
-from tests.unit.builders import facts, node, pod, scheduler, simulate
+from tests.unit.builders import facts, node, planted, pod, scheduler, simulate
 from webhook import config
 
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
@@ -111,13 +111,7 @@ json_values = st.recursive(
 @given(path=st.sampled_from(TERM_PATHS), value=json_values, expression=st.dictionaries(
     st.sampled_from(["key", "operator", "values"]), json_values, max_size=3), weighted=st.booleans())
 def test_any_json_in_a_term_becomes_terms_or_a_bounded_problem_and_is_decided(path, value, expression, weighted):
-    one = term(matchExpressions=[expression])
-    here = one
-    for part in path[:-1]:
-        if not isinstance(here.get(part), dict):
-            here[part] = {}
-        here = here[part]
-    here[path[-1]] = value
+    one = planted(term(matchExpressions=[expression]), path, value)
     affinity = preferred("podAntiAffinity", 7, one) if weighted else required("podAntiAffinity", one)
     incoming = facts(web("p", affinity=affinity))
     assert all(len(problem) < 4096 for problem in incoming.problems)
