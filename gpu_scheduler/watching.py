@@ -222,20 +222,29 @@ def down(reflectors: Iterable[Reflector], max_down: float = MAX_DOWN_SECONDS) ->
 
 
 class ClusterWatches:
-    """The Node and Pod watches both scheduler modes keep their model by (pods that still hold resources)."""
+    """The Node, Pod and Namespace watches both scheduler modes keep their model by (pods that still hold
+    resources; namespaces for the labels that pod affinity's namespaceSelector reads).
 
-    def __init__(self, reflectors: list[Reflector]):
+    Deciding waits for the reflectors named in `waits_for` (all by default; Nodes and Pods from `of_cluster`):
+    until the Namespaces have listed, the model itself holds back only the pods whose terms read namespace
+    labels. Every watch counts for health."""
+
+    def __init__(self, reflectors: list[Reflector], *, waits_for: frozenset[str] | None = None):
         self.reflectors = reflectors
+        self.waits_for = waits_for
 
     @classmethod
     def of_cluster(cls, core: Any, *, on_nodes: Callable[[list[Any]], None], on_node: Callable[[str, Any], None],
-                   on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None]) -> ClusterWatches:
+                   on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None],
+                   on_namespaces: Callable[[list[Any]], None],
+                   on_namespace: Callable[[str, Any], None]) -> ClusterWatches:
         return cls([
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
                       list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
                       on_replace=on_pods, on_event=on_pod),
-        ])
+            Reflector(core.list_namespace, name="Namespaces", on_replace=on_namespaces, on_event=on_namespace),
+        ], waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:
         for reflector in self.reflectors:
@@ -248,8 +257,9 @@ class ClusterWatches:
 
     @property
     def synced(self) -> bool:
-        """Every watch has listed once: decisions before that would miss what the API holds."""
-        return all(reflector.synced.is_set() for reflector in self.reflectors)
+        """Every watch decisions wait for has listed once: decisions before that would miss what the API holds."""
+        return all(reflector.synced.is_set() for reflector in self.reflectors
+                   if self.waits_for is None or reflector.name in self.waits_for)
 
     def down(self, max_down: float = MAX_DOWN_SECONDS) -> list[str]:
         return down(self.reflectors, max_down)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler_core import fields
+from scheduler_core import fields, podaffinity
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
 from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
 
@@ -49,6 +49,10 @@ class Cluster:
         # Only pods with host ports touch it, and a query reads only the nodes where that port is held.
         self.port_holders: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
+        self.pod_index = podaffinity.PodIndex()  # the pods on nodes as inter-pod affinity looks at them
+        # namespace -> labels, for namespaceSelectors; None until the namespaces have been listed
+        self.namespace_labels: dict[str, Mapping[str, str]] | None = None
+        self.namespaces_version = 0  # bumped when namespaces or their labels change
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True
@@ -284,6 +288,7 @@ class Cluster:
         self.node_pods[row].discard(key)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
+        self.pod_index.remove(pod.namespace, pod.labels, pod.pod_affinity, row)
         if pod.app:
             self.app_on_node[pod.app][row] -= 1
             if self.zone[row] >= 0:
@@ -298,6 +303,7 @@ class Cluster:
         self.node_pods[row].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
+        self.pod_index.add(pod.namespace, pod.labels, pod.pod_affinity, row)
         if pod.app:
             self.app_on_node[pod.app][row] += 1
             if self.zone[row] >= 0:
@@ -383,6 +389,28 @@ class Cluster:
             fits = np.flatnonzero(free >= pod.gpu_milli)
             return (Device(int(fits[0]), pod.gpu_milli),) if fits.size else ()
         return ()
+
+    # --- namespaces ---------------------------------------------------------------------------
+
+    def set_namespaces(self, labels: Mapping[str, Mapping[str, str]]) -> bool:
+        """Every namespace with its labels, as a list shows them; whether anything changed."""
+        if self.namespace_labels == labels:
+            return False
+        self.namespace_labels = dict(labels)
+        self.namespaces_version += 1
+        return True
+
+    def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        """One namespace added or changed (None: deleted); whether its labels changed. Before the first
+        list nothing is known, and one namespace does not make it known."""
+        if self.namespace_labels is None or self.namespace_labels.get(name) == labels:
+            return False
+        if labels is None:
+            del self.namespace_labels[name]
+        else:
+            self.namespace_labels[name] = labels
+        self.namespaces_version += 1
+        return True
 
     # --- summaries ----------------------------------------------------------------------------
 

@@ -164,7 +164,8 @@ class Framework:
                  ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, float]]:
         """Filter and score only `node_names`, as kube-scheduler asks an extender about its candidates.
 
-        PodFacts.unsupported does not matter here: kube-scheduler has evaluated those constraints itself.
+        PodFacts.unsupported does not matter here, nor do the filters in plugins.KUBE_SCHEDULER_FILTERS:
+        kube-scheduler has evaluated those constraints itself.
 
         Returns the feasible names (input order, duplicates dropped); for each rejected node the
         first filter that rejects it and that filter's reasons for it, joined with ", "; and for
@@ -185,6 +186,8 @@ class Framework:
         for filter_name, filter_plugin in plugins.FILTERS:
             if not alive.any():
                 break
+            if filter_name in plugins.KUBE_SCHEDULER_FILTERS:
+                continue
             reasons: dict[int, list[str]] = {}
             for mask, reason in filter_plugin(cycle):
                 for hit in np.flatnonzero(mask[rows] & alive):

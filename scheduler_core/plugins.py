@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import predicates, workloads
+from scheduler_core import podaffinity, predicates, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
@@ -181,6 +181,57 @@ def gpu_devices(cycle: Cycle) -> Failures:
     return []
 
 
+AFFINITY_MISMATCH = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_MISMATCH = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY_MISMATCH = "node(s) didn't satisfy existing pods anti-affinity rules"
+NAMESPACES_UNKNOWN = "node(s) not checked against pod affinity: namespaces not listed yet (namespaceSelector)"
+
+
+def inter_pod_affinity(cycle: Cycle) -> Failures:
+    """InterPodAffinity: the pod's required pod affinity and anti-affinity, and the required anti-affinity
+    of the pods already on nodes (assumed ones too) towards it. Nothing to do, and nothing done, while
+    neither the pod nor any placed pod has such terms."""
+    cluster, terms = cycle.cluster, cycle.pod.pod_affinity
+    index = cluster.pod_index
+    if (terms is None or not (terms.required or terms.anti_required)) and not index.with_anti_affinity:
+        return []
+    if cluster.namespace_labels is None and _reads_namespace_labels(terms, index):
+        return [(np.ones(cycle.rows, dtype=bool), NAMESPACES_UNKNOWN)]
+    affinity, anti, existing = podaffinity.required_failures(index, _incoming(cycle), _domains(cycle), cycle.rows)
+    return [(affinity, AFFINITY_MISMATCH), (anti, ANTI_AFFINITY_MISMATCH), (existing, EXISTING_ANTI_AFFINITY_MISMATCH)]
+
+
+def _reads_namespace_labels(terms: podaffinity.PodAffinity | None, index: podaffinity.PodIndex) -> bool:
+    """Whether the pod's required terms, or placed pods' required anti-affinity, select namespaces by label."""
+    own = terms.required + terms.anti_required if terms is not None else ()
+    placed = (term for placed in index.with_anti_affinity for term in placed.anti_required)
+    return any(term.reads_namespace_labels for term in (*own, *placed))
+
+
+def _incoming(cycle: Cycle) -> podaffinity.Incoming:
+    """The pod as inter-pod affinity sees it, its terms' namespaceSelectors resolved to namespaces."""
+    pod, cluster = cycle.pod, cycle.cluster
+    known = cluster.namespace_labels or {}
+    terms = pod.pod_affinity or podaffinity.PodAffinity()
+
+    def resolve() -> podaffinity.PodAffinity:
+        weighted = [tuple(podaffinity.WeightedTerm(w.weight, w.term.resolved(known)) for w in kind)
+                    for kind in (terms.preferred, terms.anti_preferred)]
+        return podaffinity.PodAffinity(tuple(t.resolved(known) for t in terms.required),
+                                       tuple(t.resolved(known) for t in terms.anti_required), *weighted)
+
+    resolved = cycle.cached(("pod-affinity", cluster.namespaces_version, terms), resolve)
+    return podaffinity.Incoming(pod.namespace, pod.labels, known.get(pod.namespace, {}), resolved)
+
+
+def _domains(cycle: Cycle) -> Callable[[str], podaffinity.Domains]:
+    """Each row's topology domain for a key, computed once per labels version."""
+    def domains(key: str) -> podaffinity.Domains:
+        labels = (facts.labels if facts is not None else None for facts in cycle.cluster.facts)
+        return cycle.cached(("topology", key), lambda: podaffinity.Domains.of(labels, key))
+    return domains
+
+
 FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("NodeUnschedulable", node_unschedulable),
     ("NodeReady", node_ready),
@@ -193,7 +244,10 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("GPUMemory", gpu_memory),
     ("NodeResourcesFit", resources_fit),
     ("GPUDevices", gpu_devices),
+    ("InterPodAffinity", inter_pod_affinity),
 )
+# Filters the extender leaves out: kube-scheduler has evaluated them before it asks.
+KUBE_SCHEDULER_FILTERS = frozenset({"InterPodAffinity"})
 
 
 # --- scores -----------------------------------------------------------------------------------
@@ -362,6 +416,16 @@ def _normalized(raw: np.ndarray, *, reverse: bool) -> np.ndarray:
     return (100 - scores if reverse else scores).astype(float)
 
 
+def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """InterPodAffinity's score: the pod's preferred (anti-)affinity, and placed pods' affinity towards it,
+    summed per topology domain and normalised from the lowest candidate (0) to the highest (100)."""
+    terms, index = cycle.pod.pod_affinity, cycle.cluster.pod_index
+    if (terms is None or not (terms.preferred or terms.anti_preferred)) and not index.with_affinity:
+        return np.zeros(rows.size)
+    totals = podaffinity.preference_totals(index, _incoming(cycle), _domains(cycle), cycle.rows)
+    return podaffinity.normalized(totals[rows])
+
+
 SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "gpu-placement": gpu_placement,
     "node-resources": node_resources,
@@ -372,6 +436,7 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "locality": locality,
     "node-affinity": node_affinity_preference,
     "taint-toleration": taint_preference,
+    "inter-pod-affinity": inter_pod_affinity_preference,
 }
 
 assert MILLI == GPU_MILLI  # requests and devices share one unit

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from scheduler_core import fields, predicates, quantity, requests
+from scheduler_core import fields, podaffinity, predicates, quantity, requests
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -88,6 +88,12 @@ class PodFacts:
     # `spec.topologySpreadConstraints[0]`): the standalone scheduler never binds such a pod, rather than
     # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
     unsupported: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pod_affinity: podaffinity.PodAffinity | None = None  # inter-pod affinity terms; None: it has none
+
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0]
 
     @property
     def wants_gpu(self) -> bool:
@@ -129,13 +135,18 @@ def parse(
     if gpus and gpu_milli:
         problems.append(f"asks for {gpus} whole GPU(s) and a share ({MILLI_ANNOTATION}); choose one")
     model, models = _models(annotations.get(MODEL_ANNOTATION), problems)
-    affinity = fields.mapping(fields.mapping(spec.get("affinity")).get("nodeAffinity"))
+    key = key_of(pod)
+    all_affinity = fields.mapping(spec.get("affinity"))
+    pod_affinity, affinity_problem = podaffinity.parse(all_affinity, key.partition("/")[0])
+    if affinity_problem:
+        problems.append(affinity_problem)
+    affinity = fields.mapping(all_affinity.get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     preferred_terms, preferred_problem = _preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
     node_name = spec.get("nodeName")
     devices, devices_from, devices_problem = _assigned_devices(pod)
     return PodFacts(
-        key=key_of(pod),
+        key=key,
         uid=str(metadata.get("uid") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=node_name if isinstance(node_name, str) and node_name else None,
@@ -163,6 +174,8 @@ def parse(
         images=images_of(spec),
         containers=len(fields.sequence(spec.get("containers"))) + len(fields.sequence(spec.get("initContainers"))),
         unsupported=unsupported_fields(spec),
+        labels=labels,
+        pod_affinity=pod_affinity,
     )
 
 
@@ -198,14 +211,10 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported).
 
-    Preferences (preferred pod affinity, ScheduleAnyway spread) are not among them: kube-scheduler,
-    too, may bind a pod on any node that passes its filters, whatever it scores.
+    Preferences (ScheduleAnyway spread) are not among them: kube-scheduler, too, may bind a pod on any
+    node that passes its filters, whatever it scores.
     """
     found = []
-    affinity = fields.mapping(spec.get("affinity"))
-    for kind in ("podAffinity", "podAntiAffinity"):
-        if fields.mapping(affinity.get(kind)).get("requiredDuringSchedulingIgnoredDuringExecution"):
-            found.append(f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution")
     for index, constraint in enumerate(fields.sequence(spec.get("topologySpreadConstraints"))):
         if fields.mapping(constraint).get("whenUnsatisfiable", "DoNotSchedule") != "ScheduleAnyway":
             found.append(f"spec.topologySpreadConstraints[{index}]")

@@ -27,6 +27,7 @@ SCORE_PLUGINS: dict[str, int] = {
     "locality": 2,  # near pods of the same application: same node, then same zone
     "node-affinity": 2,  # preferred node affinity terms, as upstream
     "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
+    "inter-pod-affinity": 2,  # preferred pod (anti-)affinity, and placed pods' affinity towards the pod, as upstream
     # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
     "random": 0,
     "bestfit": 0,

@@ -118,6 +118,7 @@ def simulate(
         for obj in pod_objects
         if obj.get("kind") == "Namespace"
     }
+    model.set_namespaces(namespaces)  # the input's namespaces are all there are, for pod affinity's namespaceSelector
     pod_list = [obj for obj in pod_objects if obj.get("kind", "Pod") == "Pod"]
 
     def facts(pod: Mapping[str, Any]) -> pods.PodFacts:

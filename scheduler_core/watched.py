@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core import cluster, nodes, pods, profile, warmup
+from scheduler_core import cluster, fields, nodes, pods, profile, warmup
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class WatchedCluster:
         # the driver, which reports each once (an event on the pod), not again at every relist
         self.conflicts: dict[str, str] = {}
         self.new_conflicts: list[tuple[pods.PodFacts, str]] = []
+        self._with_affinity: set[str] = set()  # uids of pending pods with required pod affinity (some may be gone)
 
     def configure(self, scheduling: profile.Scheduling) -> None:
         """Objects parsed from now on use these locality labels and utilization age."""
@@ -170,6 +171,29 @@ class WatchedCluster:
                 self._orphan(uid, dataclasses.replace(assignment.pod, node_name=name, devices=assignment.devices))
             self.cluster.remove_node(name)
         return Change()
+
+    # --- namespaces -------------------------------------------------------------------------------
+
+    def namespace_event(self, kind: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A Namespace added, changed or deleted: its labels are what namespaceSelectors of pod affinity see."""
+        return self._guarded("Namespace", obj, functools.partial(self._set_namespace, kind, obj))
+
+    def namespaces_relisted(self, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
+        """The namespaces as a list shows them. Until the first list, a pod whose inter-pod affinity selects
+        namespaces by label cannot be evaluated, and waits."""
+        labels = {}
+        for obj in items:
+            name = _name(obj)
+            if name is None:
+                self.rejected["Namespace"] += 1
+                log.error("Namespace %s not taken into the model: it has no name", _describe(obj))
+                continue
+            labels[name] = _labels(obj)
+        return Change(freed=self.cluster.set_namespaces(labels))
+
+    def _set_namespace(self, kind: str, obj: Mapping[str, Any]) -> Change:
+        name = str(obj["metadata"]["name"])
+        return Change(freed=self.cluster.set_namespace(name, None if kind == "DELETED" else _labels(obj)))
 
     # --- pods -------------------------------------------------------------------------------------
 
@@ -218,8 +242,7 @@ class WatchedCluster:
                 and not metadata.get("deletionTimestamp"))
         if ours:
             facts = self.facts_of(obj)
-            self.pending[uid] = PendingPod(str(metadata.get("namespace") or "default"), str(metadata.get("name")),
-                                           uid, facts)
+            self._pend(PendingPod(str(metadata.get("namespace") or "default"), str(metadata.get("name")), uid, facts))
             change.queued[uid] = facts.priority
         elif self.pending.pop(uid, None) is not None:
             change.settled.add(uid)
@@ -239,7 +262,8 @@ class WatchedCluster:
         elif current is None and orphan is not None and orphan.node_name == node:
             pass  # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
         else:
-            change.freed = self._release(uid)
+            # a pod now on a node may be what a parked pod's required pod affinity waits for
+            change.freed = self._release(uid) or self._awaiting_affinity()
             self._place(uid, facts)
         if self.warm_up:
             candidate = warmup.Candidate.of(obj)
@@ -293,6 +317,21 @@ class WatchedCluster:
                     del self._orphans_of[orphan.node_name or ""]
         return self.cluster.unassign(uid) is not None
 
+    def _pend(self, pending: PendingPod) -> None:
+        self.pending[pending.uid] = pending
+        if pending.facts.pod_affinity is not None and pending.facts.pod_affinity.required:
+            self._with_affinity.add(pending.uid)
+
+    def _awaiting_affinity(self) -> bool:
+        """Whether a pending pod has required pod affinity. Pods no longer pending leave the set here, each
+        once, so a stream of bound pods costs next to nothing."""
+        while self._with_affinity:
+            uid = next(iter(self._with_affinity))
+            if uid in self.pending:
+                return True
+            self._with_affinity.discard(uid)
+        return False
+
     def facts_of(self, obj: Mapping[str, Any]) -> pods.PodFacts:
         """A pod's facts, parsed as the model parses the pods it keeps."""
         return pods.parse(obj, gpu_resources=self.cluster.gpu_resources,
@@ -324,7 +363,7 @@ class WatchedCluster:
             return Change()
         change = Change(freed=self._release(uid))
         if pending is not None and self.scheduler_name is not None:
-            self.pending[uid] = pending
+            self._pend(pending)
             change.queued[uid] = pending.facts.priority
         return change
 
@@ -375,6 +414,10 @@ def _distrust(obj: Any) -> int:
 def _uid(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("uid") or pods.key_of(obj))
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return fields.strings(fields.mapping(obj.get("metadata")).get("labels"))
 
 
 def _name(obj: Mapping[str, Any]) -> str | None:

@@ -235,7 +235,7 @@ class Extender:
             raise ValueError("the extender needs a CoreV1Api to watch nodes and pods")
         self.watches = watching.ClusterWatches.of_cluster(
             self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
-            on_pod=self.pod_event).start()
+            on_pod=self.pod_event, on_namespaces=self.replace_namespaces, on_namespace=self.namespace_event).start()
         return self
 
     def stop(self) -> None:
@@ -269,6 +269,12 @@ class Extender:
 
     def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
         self._update("Pod", lambda: self.model.pod_event(kind, obj, now=_now()))
+
+    def replace_namespaces(self, items: list[dict[str, Any]]) -> None:
+        self._update("Namespace", lambda: self.model.namespaces_relisted(items, now=_now()))
+
+    def namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._update("Namespace", lambda: self.model.namespace_event(kind, obj, now=_now()))
 
     def _update(self, kind: str, update: Callable[[], watched.Change]) -> None:
         with self.lock:

@@ -37,7 +37,7 @@ REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedul
 WARMUP_RETRY = 30.0
 UNREAD = object()  # after a failed binding: the API could not be asked what became of the pod
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
-               "unreported": "Pod", "config": "Config"}
+               "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace"}
 
 
 class LiveScheduler:
@@ -66,7 +66,9 @@ class LiveScheduler:
             self.core, on_nodes=lambda items: self.events.put(("nodes", items)),
             on_node=lambda kind, obj: self.events.put(("node", kind, obj)),
             on_pods=lambda items: self.events.put(("pods", items)),
-            on_pod=lambda kind, obj: self.events.put(("pod", kind, obj)))
+            on_pod=lambda kind, obj: self.events.put(("pod", kind, obj)),
+            on_namespaces=lambda items: self.events.put(("namespaces", items)),
+            on_namespace=lambda kind, obj: self.events.put(("namespace", kind, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
@@ -150,6 +152,10 @@ class LiveScheduler:
                 self._apply(self.model.pod_event(event[1], event[2], now=_now()))
             elif kind == "pods":
                 self._apply(self.model.pods_relisted(event[1], now=_now()))
+            elif kind == "namespace":
+                self._apply(self.model.namespace_event(event[1], event[2], now=_now()))
+            elif kind == "namespaces":
+                self._apply(self.model.namespaces_relisted(event[1], now=_now()))
             elif kind == "bound":
                 self._on_bound(*event[1:])
             elif kind == "refused":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -95,3 +96,15 @@ def simulate(node_objects: list[dict[str, Any]], pod_objects: list[dict[str, Any
     return simulation.simulate(node_objects, pod_objects, scheduler_name=settings.scheduler_name,
                                gpu_resources=settings.admission.gpu_resources, scheduling=settings.scheduling,
                                admit=functools.partial(admission.admit, settings=settings))
+
+
+def planted(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of `obj` with `value` at `path`, replacing whatever stood in the way."""
+    result = copy.deepcopy(obj)
+    here = result
+    for part in path[:-1]:
+        if not isinstance(here.get(part), dict):
+            here[part] = {}
+        here = here[part]
+    here[path[-1]] = value
+    return result

@@ -8,7 +8,6 @@ cluster model and check that nothing escapes and the accounting stays whole.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import json
@@ -20,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import cluster, framework, nodes, pods, predicates, quantity
+from scheduler_core import cluster, framework, nodes, podaffinity, pods, predicates, quantity
 from scheduler_core.nodes import MAX_GPUS, MAX_MILLI
-from tests.unit.builders import facts, node, pod
+from tests.unit.builders import facts, node, planted, pod
 from webhook import rules
 
 LARGEST = 2**63 - 1
@@ -37,18 +36,6 @@ def model(*objs: dict[str, Any]) -> cluster.Cluster:
     for obj in objs:
         c.set_node(nodes.parse(obj))
     return c
-
-
-def planted(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """A copy of `obj` with `value` at `path`, replacing whatever stood in the way."""
-    result = copy.deepcopy(obj)
-    here = result
-    for part in path[:-1]:
-        if not isinstance(here.get(part), dict):
-            here[part] = {}
-        here = here[part]
-    here[path[-1]] = value
-    return result
 
 
 def strings_in(value: object) -> Iterator[str]:
@@ -352,6 +339,9 @@ POD_PATHS = [
     ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
     ("metadata", "annotations", pods.DEVICES_ANNOTATION), ("metadata", "annotations", pods.MILLI_ANNOTATION),
     ("metadata", "annotations", pods.MODEL_ANNOTATION), ("metadata", "annotations", pods.MEMORY_ANNOTATION),
+    ("spec", "affinity", "podAffinity"), ("spec", "affinity", "podAntiAffinity"),
+    ("spec", "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    ("spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
 ]
 NODE_PATHS = [
     ("status",), ("status", "allocatable"), ("status", "allocatable", "cpu"), ("status", "allocatable", "nvidia.com/gpu"),
@@ -430,13 +420,22 @@ def bound_pods(draw, number: int) -> dict[str, Any]:
                gpus=draw(st.integers(1, 10)) if kind == "whole" else 0,
                milli=draw(st.integers(1, 999)) if kind == "share" else None,
                mem=draw(st.sampled_from(["1Gi", "100P", "1e30", "9" * 5000])),
-               annotations={pods.DEVICES_ANNOTATION: recorded} if recorded is not None else None)
+               annotations={pods.DEVICES_ANNOTATION: recorded} if recorded is not None else None,
+               namespace=draw(st.sampled_from(["ns", "other"])), labels=draw(st.sampled_from([{}, {"app": "web"}])),
+               affinity=draw(st.sampled_from(POD_AFFINITIES)))
+
+
+POD_AFFINITIES = [None, {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+    {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 3, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "topology.kubernetes.io/zone"}}]}}]
 
 
 operations = st.lists(st.one_of(
     st.tuples(st.just("restore"), st.integers(0, 11)),
     st.tuples(st.just("unassign"), st.integers(0, 11)),
     st.tuples(st.just("resize"), st.sampled_from(["a", "b", "c"]), st.sampled_from([0, 1, 2, 4, 8])),
+    st.tuples(st.just("remove"), st.sampled_from(["a", "b", "c"])),
 ), max_size=40)
 
 
@@ -456,6 +455,18 @@ def assert_consistent(c: cluster.Cluster) -> None:
         for resource, column in c.resources.items():
             exact = sum(c.assignments[key].pod.requests.get(resource, 0) for key in keys)
             assert c.used[column, row] == min(exact, MAX_MILLI)
+    rebuilt = podaffinity.PodIndex()
+    for assignment in c.assignments.values():
+        rebuilt.add(assignment.pod.namespace, assignment.pod.labels, assignment.pod.pod_affinity, assignment.node)
+    assert index_contents(c.pod_index) == index_contents(rebuilt)
+
+
+def index_contents(index: podaffinity.PodIndex) -> tuple[Any, ...]:
+    """What the pod index holds, without the order things came in."""
+    groups = {(namespace, key): dict(group.rows) for namespace, by_labels in index.groups.items()
+              for key, group in by_labels.items()}
+    return groups, {terms: dict(rows) for terms, rows in index.with_affinity.items()}, {
+        terms: dict(rows) for terms, rows in index.with_anti_affinity.items()}
 
 
 @settings(max_examples=200, deadline=None)
@@ -468,11 +479,14 @@ def test_the_model_stays_whole_under_any_bound_pods(data, steps):
             report = c.restore(facts(candidates[step[1]]))
             assert report is None or len(report) < 500
         elif step[0] == "unassign":
-            c.unassign(f"ns/p{step[1]}")
+            c.unassign(pods.key_of(candidates[step[1]]))
+        elif step[0] == "remove":
+            c.remove_node(step[1])
         else:
             c.set_node(nodes.parse(node(step[1], gpus=step[2])))
         assert_consistent(c)
     for key in list(c.assignments):
         c.unassign(key)
     assert not c.used.any() and not c.gpu_used.any()
+    assert index_contents(c.pod_index) == ({}, {}, {})
     assert all(list(c.gpu_free[row, : c.gpu_count[row]]) == [1000] * int(c.gpu_count[row]) for row in c.index.values())

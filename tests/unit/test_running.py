@@ -233,3 +233,21 @@ def test_an_unschedulable_reason_that_could_not_be_written_is_written_again_at_t
     assert "/api/v1/namespaces/ns/pods/big/status" in writes
     scheduler._handle(scheduler.events.get(timeout=5))
     assert "uid-big" not in scheduler.reported  # so the next attempt writes it again
+
+
+def test_a_pod_waiting_for_namespace_labels_is_tried_again_once_the_namespaces_are_listed(scheduler):
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
+    waiting = pending("waiting")
+    waiting["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "namespaceSelector": {"matchLabels": {"team": "a"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}
+    scheduler._handle(("pod", "ADDED", waiting))
+    schedule_next(scheduler)
+    assert scheduler.queue.parked() == 1 and scheduler.bindings == []
+    scheduler._handle(("namespaces", [{"metadata": {"name": "ns", "labels": {"team": "a"}}}]))
+    assert scheduler.queue.parked() == 0
+    schedule_next(scheduler)
+    settle(scheduler)
+    assert scheduler.bindings == [("ns/waiting", "a")]
+    scheduler._handle(("namespace", "MODIFIED", {"metadata": {"name": "ns", "labels": {"team": "b"}}}))
+    assert scheduler.model.cluster.namespace_labels == {"ns": {"team": "b"}}

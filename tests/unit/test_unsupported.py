@@ -28,10 +28,6 @@ def sidecar(restart: str | None) -> dict[str, Any]:
 
 
 UNSUPPORTED = [
-    (with_spec(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
-     ["spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"]),
-    (with_spec(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
-     ["spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"]),
     (with_spec(topologySpreadConstraints=[
         {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"},
         {"maxSkew": 1, "topologyKey": "zone"}]),  # DoNotSchedule by default

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import cluster, nodes, pods, watched
+from scheduler_core import cluster, framework, nodes, pods, watched
 from tests.unit.builders import node, pod
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
@@ -399,3 +399,98 @@ def test_a_node_that_only_lists_other_images_makes_no_room():
     pulled["status"]["images"] = [{"names": ["registry.example/train:v2"], "sizeBytes": 5 * 2**30}]
     assert not found.node_event("MODIFIED", pulled, now=NOW).freed
     assert found.cluster.images == {"registry.example/train:v2": {found.cluster.index["a"]: 5 * 2**30}}
+
+
+# --- inter-pod affinity: what the model keeps of placed pods and namespaces ----------------------------------
+
+SPREAD = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+TEAM_SELECTOR = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "db"}}, "namespaceSelector": {"matchLabels": {"team": "a"}},
+     "topologyKey": "topology.kubernetes.io/zone"}]}}
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def replica(index: int, **kwargs: Any) -> dict[str, Any]:
+    return incarnation(f"web-{index}", f"uid-{index}", cpu="1", labels={"app": "web"}, affinity=SPREAD, **kwargs)
+
+
+def test_assumed_replicas_count_so_a_burst_with_anti_affinity_spreads():
+    """Nothing is bound yet: each replica's anti-affinity sees the replicas assumed before it."""
+    found = model(node("a"), node("b"), node("c"))
+    found.pods_relisted([replica(i) for i in range(4)], now=NOW)
+    scheduler = framework.Framework(found.cluster)
+    placed = []
+    for i in range(3):
+        decision = scheduler.decide(found.pending[f"uid-{i}"].facts)
+        assert decision.node is not None
+        found.assume(found.pending[f"uid-{i}"].facts, decision.node, decision.devices, now=NOW)
+        placed.append(decision.node)
+    assert sorted(placed) == ["a", "b", "c"]
+    assert scheduler.decide(found.pending["uid-3"].facts).reason == (
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.")
+
+
+def test_a_pod_that_goes_takes_its_terms_out_of_the_index():
+    found = model(node("a"), node("b"))
+    found.pods_relisted([replica(0, node_name="a"), replica(1, node_name="b")], now=NOW)
+    index = found.cluster.pod_index
+    assert sum(sum(rows.values()) for rows in index.with_anti_affinity.values()) == 2
+    assert framework.Framework(found.cluster).decide(pods.parse(replica(2))).node is None
+    found.pod_event("DELETED", replica(0, node_name="a"), now=NOW)
+    assert [dict(rows) for rows in index.with_anti_affinity.values()] == [{found.cluster.index["b"]: 1}]
+    assert framework.Framework(found.cluster).decide(pods.parse(replica(2))).node == "a"
+    found.pod_event("DELETED", replica(1, node_name="b"), now=NOW)
+    assert index.with_anti_affinity == {} and index.with_affinity == {} and index.groups == {}
+
+
+def test_a_forgotten_assumption_and_a_deleted_node_take_their_pods_out_of_the_index():
+    found = model(node("a"), node("b"))
+    found.pods_relisted([replica(0), replica(1, node_name="b")], now=NOW)
+    found.assume(found.pending["uid-0"].facts, "a", (), now=NOW)
+    found.forget("uid-0")
+    found.node_event("DELETED", node("b"), now=NOW)
+    index = found.cluster.pod_index
+    assert index.with_anti_affinity == {} and index.groups == {}
+    found.node_event("ADDED", node("b"), now=NOW)  # the orphan is accounted again with its node
+    assert list(index.with_anti_affinity.values()) == [{found.cluster.index["b"]: 1}]
+
+
+def test_a_pod_whose_terms_select_namespaces_by_label_waits_for_the_namespaces():
+    found = model(node("a"), node("b", zone="zone-b"))
+    db = incarnation("db", "uid-db", node_name="b", namespace="data", labels={"app": "db"})
+    found.pods_relisted([db, incarnation("app", "uid-app", affinity=TEAM_SELECTOR)], now=NOW)
+    scheduler = framework.Framework(found.cluster)
+    waiting = found.pending["uid-app"].facts
+    assert scheduler.decide(waiting).reason == (
+        "0/2 nodes are available: 2 node(s) not checked against pod affinity: namespaces not listed yet "
+        "(namespaceSelector).")
+    assert found.namespaces_relisted([namespace("data", team="b"), namespace("ns")], now=NOW).freed
+    assert scheduler.decide(waiting).reason == "0/2 nodes are available: 2 node(s) didn't match pod affinity rules."
+    assert not found.namespace_event("MODIFIED", namespace("ns"), now=NOW).freed  # nothing changed
+    assert found.namespace_event("MODIFIED", namespace("data", team="a"), now=NOW).freed
+    assert scheduler.decide(waiting).node == "b"
+    assert found.namespace_event("DELETED", namespace("data", team="a"), now=NOW).freed
+    assert scheduler.decide(waiting).node is None
+
+
+def test_a_namespace_event_before_the_first_list_makes_nothing_known():
+    found = model(node("a"))
+    assert not found.namespace_event("ADDED", namespace("data", team="a"), now=NOW).freed
+    assert found.cluster.namespace_labels is None
+    assert not found.namespace_event("ADDED", {"metadata": None}, now=NOW).freed
+    found.namespaces_relisted([namespace("data"), {"kind": "Namespace"}], now=NOW)
+    assert found.cluster.namespace_labels == {"data": {}} and found.rejected["Namespace"] == 2
+
+
+def test_a_pod_bound_elsewhere_wakes_pods_waiting_for_pod_affinity():
+    """Without required pod affinity pending, a pod that comes makes no room; with it, it may be the one awaited."""
+    found = model(node("a"))
+    assert not found.pod_event("ADDED", incarnation("db", "uid-db", node_name="a"), now=NOW).freed
+    found.pod_event("ADDED", incarnation("app", "uid-app", affinity=TEAM_SELECTOR), now=NOW)
+    assert found.pod_event("ADDED", incarnation("db2", "uid-db2", node_name="a"), now=NOW).freed
+    found.pod_event("DELETED", incarnation("app", "uid-app", affinity=TEAM_SELECTOR), now=NOW)
+    assert not found.pod_event("ADDED", incarnation("db3", "uid-db3", node_name="a"), now=NOW).freed

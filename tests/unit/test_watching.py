@@ -291,3 +291,16 @@ def test_unexpected_errors_are_logged_with_their_traceback(run, caplog: pytest.L
     eventually(lambda: consumer.replaces == 1)
     assert caplog.text.count("unexpected failure") == 3
     assert all(record.exc_info for record in caplog.records if "unexpected failure" in record.message)
+
+
+def test_deciding_waits_for_nodes_and_pods_while_every_watch_counts_for_health() -> None:
+    """Namespaces only matter to pods whose pod affinity selects namespaces by label: those wait in the model."""
+    core = type("Core", (), {name: FakeAPI() for name in ("list_node", "list_pod_for_all_namespaces", "list_namespace")})
+    noop = lambda *args: None  # noqa: E731
+    watches = watching.ClusterWatches.of_cluster(core(), on_nodes=noop, on_node=noop, on_pods=noop, on_pod=noop,
+                                                 on_namespaces=noop, on_namespace=noop)
+    assert [r.name for r in watches.reflectors] == ["Nodes", "Pods", "Namespaces"]
+    watches.reflectors[0].synced.set()
+    watches.reflectors[1].synced.set()
+    assert watches.synced
+    assert watches.down(max_down=-1) == [f"{name}: watch down for 0 s" for name in ("Nodes", "Pods", "Namespaces")]

@@ -15,6 +15,8 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
         namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
         filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
         score: {node: 0..100}        # or: the normalised score per feasible node
+        problem: text                # or: a problem the pod's facts carry, so it is never scheduled (upstream's
+                                     # PreFilter or PreScore refuses the pod with this text)
         skip: why                    # optional: a case the core does not take, and why (a feature outside
                                      # a scheduler's filter, a field the API would refuse)
 
@@ -59,7 +61,10 @@ def each_case(table: dict[str, Any]) -> pytest.MarkDecorator:
 
 
 def check(table: dict[str, Any], case: dict[str, Any]) -> None:
-    """Assert what the case expects: its `filter` verdicts, its `score`s."""
+    """Assert what the case expects: its `problem` (a pod the core refuses to parse), its `filter` verdicts,
+    its `score`s."""
+    if "problem" in case:
+        assert case["problem"] in " ".join(problems(case))
     if "filter" in case:
         assert filter_verdicts(case, table["plugin"]) == case["filter"]
     if "score" in case:
@@ -94,6 +99,11 @@ def filter_verdicts(case: dict[str, Any], plugin: str) -> dict[str, str | None]:
             reasons.setdefault(int(row), []).append(reason)
     return {name: (", ".join(reasons[row]) if row in reasons else None)
             for name, row in found.cluster.index.items()}
+
+
+def problems(case: dict[str, Any]) -> tuple[str, ...]:
+    """The problems the case's pod carries once parsed: each makes it unschedulable before any filter runs."""
+    return cycle_of(case)[1].pod.problems
 
 
 def scores(case: dict[str, Any], plugin: str) -> dict[str, float]:

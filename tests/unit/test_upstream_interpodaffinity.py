@@ -1,0 +1,16 @@
+"""kube-scheduler's InterPodAffinity tables (filtering_test.go, scoring_test.go), ported as data."""
+
+from tests.unit import upstream
+
+FILTER = upstream.load("interpodaffinity_filter")
+SCORE = upstream.load("interpodaffinity_score")
+
+
+@upstream.each_case(FILTER)
+def test_filter(case):
+    upstream.check(FILTER, case)
+
+
+@upstream.each_case(SCORE)
+def test_score(case):
+    upstream.check(SCORE, case)
