@@ -2,8 +2,9 @@
 
 The webhook checks every key and value a rule may write when the config loads: the apiserver
 validates the mutated pod after our patch applies, and a key or label value it refuses would
-reject the user's pod. The scheduler checks node affinity with them, as kube-scheduler parses
-a requirement whose key or values break them as one that matches no node.
+reject the user's pod. The scheduler checks node affinity and pod affinity selectors with them, as
+kube-scheduler parses a requirement whose key or values break them as one that matches no node, and
+quotes apimachinery's messages, which are the words used here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _INT32 = re.compile(r"0|-?[1-9][0-9]*")
 _DECIMAL = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 64) reads
+# apimachinery's own messages, which kube-scheduler's parse errors and the apiserver's refusals quote
+NAME_FORMAT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+NAME_RULE = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+              f"alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation "
+              f"is '{NAME_FORMAT}')")
+VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+               "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+               f"'12345', regex used for validation is '({NAME_FORMAT})?')")
+SUBDOMAIN_RULE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                   "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+                   "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 
 
 def dns_subdomain_problem(value: str) -> str | None:
@@ -27,30 +39,49 @@ def dns_subdomain_problem(value: str) -> str | None:
 
 
 def qualified_name_problem(value: str) -> str | None:
-    """Why `value` is not a label or annotation key (`[prefix/]name`)."""
-    prefix, slash, name = value.rpartition("/")
-    if slash and not prefix:
-        return "must not start with '/'"
-    if slash:
-        problem = dns_subdomain_problem(prefix)
-        if problem:
-            return f"prefix {problem}"
-    if not name:
-        return "must have a name part"
-    if len(name) > 63:
-        return "name part must be at most 63 characters"
-    if not _NAME.fullmatch(name):
-        return "name part must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric"
-    return None
+    """Why `value` is not a label or annotation key (`[prefix/]name`), in the apiserver's words."""
+    return "; ".join(label_key_errors(value)) or None
 
 
 def label_value_problem(value: str) -> str | None:
-    """Why `value` is not a label value (empty is allowed)."""
-    if len(value) > 63:
-        return "must be at most 63 characters"
+    """Why `value` is not a label value (empty is allowed), in the apiserver's words."""
+    return "; ".join(label_value_errors(value)) or None
+
+
+def label_key_errors(key: str) -> list[str]:
+    """content.IsLabelKey: an optional DNS subdomain prefix and '/', then a name of at most 63 bytes."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return [f"a valid label key {NAME_RULE} with an optional DNS subdomain prefix and '/' "
+                "(e.g. 'example.com/MyName')"]
+    errors = []
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            if len(prefix.encode()) > 253:
+                errors.append("prefix part must be no more than 253 bytes")
+            if not _DNS_SUBDOMAIN.fullmatch(prefix):
+                errors.append(f"prefix part {SUBDOMAIN_RULE}")
+    name = parts[-1]
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name.encode()) > 63:
+        errors.append("name part must be no more than 63 bytes")
+    if not _NAME.fullmatch(name):
+        errors.append(f"name part {NAME_RULE}")
+    return errors
+
+
+def label_value_errors(value: str) -> list[str]:
+    """content.IsLabelValue: empty, or at most 63 bytes of a name's characters."""
+    errors = []
+    if len(value.encode()) > 63:
+        errors.append("must be no more than 63 bytes")
     if value and not _NAME.fullmatch(value):
-        return "must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric"
-    return None
+        errors.append(VALUE_RULE)
+    return errors
 
 
 def is_canonical_int32(value: str) -> bool:

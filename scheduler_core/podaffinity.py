@@ -23,25 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import fields, predicates
+from scheduler_core import fields, names, predicates
 
 # A label selector: its requirements, ANDed; () selects everything, None (an absent selector) nothing.
 Selector = tuple[predicates.Expression, ...] | None
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_ERRORS = 5  # errors of one requirement quoted in a message: a hostile list of values stays a short message
 
-_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_NAME_FORMAT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_NAME_RULE = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-              f"alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation "
-              f"is '{_NAME_FORMAT}')")
-_VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-               "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
-               f"'12345', regex used for validation is '({_NAME_FORMAT})?')")
-_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-_SUBDOMAIN_RULE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                   "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                   "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 
 
 def selects(selector: Selector, labels: Mapping[str, str]) -> bool:
@@ -150,16 +138,16 @@ def _term(raw: object, namespace: str) -> AffinityTerm:
     """newAffinityTerm: with neither namespaces nor a namespaceSelector, the term covers the pod's own namespace."""
     raw = _object(raw, "a PodAffinityTerm")
     selector = _selector(raw.get("labelSelector"))
-    names = raw.get("namespaces")
-    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        raise InvalidTerm(f"namespaces: Invalid value: {fields.shown(names)}: must be a list of names")
+    listed = raw.get("namespaces")
+    if listed is not None and not (isinstance(listed, list) and all(isinstance(n, str) for n in listed)):
+        raise InvalidTerm(f"namespaces: Invalid value: {fields.shown(listed)}: must be a list of names")
     namespace_selector = _selector(raw.get("namespaceSelector"))
     topology_key = raw.get("topologyKey", "")
     if not isinstance(topology_key, str):
         raise InvalidTerm(f"topologyKey: Invalid value: {fields.shown(topology_key)}: must be a label key")
-    if not names and raw.get("namespaceSelector") is None:
-        names = [namespace]
-    return AffinityTerm(selector, frozenset(names or ()), namespace_selector, topology_key)
+    if not listed and raw.get("namespaceSelector") is None:
+        listed = [namespace]
+    return AffinityTerm(selector, frozenset(listed or ()), namespace_selector, topology_key)
 
 
 def _object(raw: object, what: str) -> Mapping[str, Any]:
@@ -195,7 +183,7 @@ def _requirement(key: object, operator: str, values: list[Any], *, equals: bool 
     errors = []
     if not isinstance(key, str):
         errors.append(f"key: Invalid value: {fields.shown(key)}: must be a string")
-    elif key_errors := label_key_errors(key):
+    elif key_errors := names.label_key_errors(key):
         errors.append(f"key: Invalid value: {fields.shown(key)}: {'; '.join(key_errors)}")
     if operator in ("In", "NotIn") and not values and not equals:
         errors.append("values: Invalid value: []string{}: for 'in', 'notin' operators, values set can't be empty")
@@ -205,7 +193,7 @@ def _requirement(key: object, operator: str, values: list[Any], *, equals: bool 
     for position, value in enumerate(values):
         if not isinstance(value, str):
             errors.append(f"values[{position}]: Invalid value: {fields.shown(value)}: must be a string")
-        elif value_errors := label_value_errors(value):
+        elif value_errors := names.label_value_errors(value):
             errors.append(f"values[{position}][{fields.cut(str(key))}]: Invalid value: {fields.shown(value)}: "
                           f"{'; '.join(value_errors)}")
     if errors:
@@ -217,42 +205,6 @@ def _requirement(key: object, operator: str, values: list[Any], *, equals: bool 
 def _strings(values: list[Any]) -> str:
     quoted = [fields.shown(value) for value in values[:MAX_ERRORS]]
     return "[]string{" + ", ".join(quoted) + (", ..." if len(values) > MAX_ERRORS else "") + "}"
-
-
-def label_key_errors(key: str) -> list[str]:
-    """content.IsLabelKey: an optional DNS subdomain prefix and '/', then a name of at most 63 bytes."""
-    parts = key.split("/")
-    if len(parts) > 2:
-        return [f"a valid label key {_NAME_RULE} with an optional DNS subdomain prefix and '/' "
-                "(e.g. 'example.com/MyName')"]
-    errors = []
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            if len(prefix.encode()) > 253:
-                errors.append("prefix part must be no more than 253 bytes")
-            if not re.fullmatch(_SUBDOMAIN, prefix):
-                errors.append(f"prefix part {_SUBDOMAIN_RULE}")
-    name = parts[-1]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name.encode()) > 63:
-        errors.append("name part must be no more than 63 bytes")
-    if not re.fullmatch(_NAME, name):
-        errors.append(f"name part {_NAME_RULE}")
-    return errors
-
-
-def label_value_errors(value: str) -> list[str]:
-    """content.IsLabelValue: empty, or at most 63 bytes of a name's characters."""
-    errors = []
-    if len(value.encode()) > 63:
-        errors.append("must be no more than 63 bytes")
-    if value and not re.fullmatch(_NAME, value):
-        errors.append(_VALUE_RULE)
-    return errors
 
 
 # --- placed pods --------------------------------------------------------------------------------------

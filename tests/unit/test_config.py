@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from scheduler_core import profile
+from scheduler_core import names, profile
 from webhook import config
 
 
@@ -104,8 +104,7 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("admission: {gpuResources: []}",
          ["admission.gpuResources: must be a non-empty list of names, got []"]),
         ("admission: {gpuResources: ['nvidia.com/gpu', 'bad key!']}",
-         ["admission.gpuResources[1]: name part must be alphanumeric, '-', '_' or '.', starting and ending "
-          "alphanumeric, got \"bad key!\""]),
+         [f"admission.gpuResources[1]: name part {names.NAME_RULE}, got \"bad key!\""]),
         ("admission: {overrideSchedulerName: 'yes'}",
          ["admission.overrideSchedulerName: must be true or false, got \"yes\""]),
         ("admission: {deletionCost: {initial: 2147483648}}",
@@ -144,17 +143,15 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("admission: {rules: [{name: a, set: {annotations: {example.com/n: 3}}}]}",
          ["admission.rules[0].set.annotations.example.com/n: must be a string (quote it in YAML), got 3"]),
         ("admission: {rules: [{name: a, set: {labels: {tier: 'not a label value'}}}]}",
-         ["admission.rules[0].set.labels.tier: must be alphanumeric, '-', '_' or '.', starting and ending "
-          "alphanumeric, got \"not a label value\""]),
+         [f"admission.rules[0].set.labels.tier: {names.VALUE_RULE}, got \"not a label value\""]),
         ("admission: {rules: [{name: a, set: {labels: {/tier: x}}}]}",
-         ["admission.rules[0].set.labels./tier: invalid key: must not start with '/'"]),
+         ["admission.rules[0].set.labels./tier: invalid key: prefix part must be non-empty"]),
         ("admission: {rules: [{name: a, minGPUs: 4, maxGPUs: 2}]}",
          ["admission.rules[0].maxGPUs: must be at least minGPUs (4), got 2"]),
         ("admission: {rules: [{name: a, minGPUs: -1}]}",
          ["admission.rules[0].minGPUs: must be an integer >= 0, got -1"]),
         ("admission: {rules: [{name: 'my rule'}]}",
-         ["admission.rules[0].name: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
-          "got \"my rule\""]),
+         [f"admission.rules[0].name: {names.VALUE_RULE}, got \"my rule\""]),
         ("admission: {rules: [{name: a, podSelector: {matchExpressions: [{key: k, operator: Equals}]}}]}",
          ['admission.rules[0].podSelector.matchExpressions[0].operator: must be one of In, NotIn, Exists, '
           'DoesNotExist, got "Equals"']),
@@ -221,8 +218,7 @@ def test_every_problem_is_reported_not_just_the_first():
          ["data.config.yaml: missing; the ConfigMap must hold the config under this key"]),
         ({"kind": "ConfigMap", "data": {"config.yaml": "a: ["}}, None),
         ({"kind": "ConfigMap", "data": {"config.yaml": "admission: {rules: [{name: 1x_}]}"}},
-         ["admission.rules[0].name: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
-          "got \"1x_\""]),
+         [f"admission.rules[0].name: {names.VALUE_RULE}, got \"1x_\""]),
     ],
 )
 def test_configmap_problems(manifest, expected):

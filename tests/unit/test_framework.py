@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduler_core import pods, profile
+from scheduler_core import names, pods, profile
 from tests.unit.builders import facts, node, pod, scheduler
 
 INFRA = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
@@ -91,7 +91,7 @@ def test_a_preferred_term_that_does_not_parse_fails_the_pod_when_nodes_must_be_s
     broken = facts(pod("p", gpus=1, affinity=BROKEN_PREFERENCE))
     assert broken.preferred_problem == (
         "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].preference.matchExpressions[0]"
-        ".values[0]: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, got \"no good\"")
+        f".values[0]: {names.VALUE_RULE}, got \"no good\"")
     decision = scheduler(node("a"), node("b")).decide(broken)
     assert (decision.node, decision.reason) == (None, f"{broken.preferred_problem} (needed to score the 2 nodes that fit)")
     assert scheduler(node("a"), node("b", gpus=0)).decide(broken).node == "a"

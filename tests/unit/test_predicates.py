@@ -104,12 +104,11 @@ def test_model_tokens(wanted, node_model, matches):
     ("raw", "problem"),
     [
         ({"matchExpressions": [{"key": "foo", "operator": "NotIn", "values": ["invalid value: x"]}]},
-         "matchExpressions[0].values[0]: must be alphanumeric, '-', '_' or '.', starting and ending alphanumeric, "
-         'got "invalid value: x"'),
+         f'matchExpressions[0].values[0]: {names.VALUE_RULE}, got "invalid value: x"'),
         ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["b"]},
                               {"key": "a/b/c", "operator": "Exists"}]},
-         "matchExpressions[1].key: prefix must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'), "
-         'got "a/b/c"'),
+         f'matchExpressions[1].key: a valid label key {names.NAME_RULE} with an optional DNS subdomain prefix and '
+         "'/' (e.g. 'example.com/MyName'), got \"a/b/c\""),
         ({"matchFields": [{"key": "metadata.name", "operator": "Gt", "values": ["1"]}]},
          'matchFields[0].operator: must be one of In, NotIn, got "Gt"'),
         ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["x"]}]},

@@ -1,0 +1,185 @@
+"""Asking the real kube-scheduler whether it would have bound a pod where ours did.
+
+`gpu-scheduler run` schedules a seeded scenario (nodes across zones, groups of GPU pods with pod
+anti-affinity, affinity, spread constraints and host ports). Then, for every pod it bound, the pod is
+replaced by a copy for kube-scheduler that may go only to the same node: kube-scheduler runs all of its
+own filters over the cluster as it is, and only then asks the pinning extender below, which keeps the
+one node named in the copy's annotation. Bound there means kube-scheduler's filters accept that node in
+that state; `PodScheduled=False` means they refuse it, with kube-scheduler's own message. The spread
+and affinity arithmetic still sees every node, because the pin is an extender, not a node selector.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e import controlplane as cp
+from tests.e2e import scheduling
+
+PIN = "parity.e2e/pin"  # the node a copy may go to
+POOL_LABEL = "parity-pool"
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+class PinningExtender:
+    """kube-scheduler's filter extender that keeps only the node a pod's PIN annotation names (all nodes
+    for a pod without one). Served on loopback from a thread of the test process."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _PinHandler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name="pinning-extender", daemon=True)
+
+    def start(self) -> PinningExtender:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def config(self, *profiles: str) -> str:
+        """A KubeSchedulerConfiguration: `profiles` (kube-scheduler's default plugins) and this extender."""
+        return json.dumps({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": name} for name in profiles],
+            "extenders": [{"urlPrefix": f"http://127.0.0.1:{self.port}", "filterVerb": "filter",
+                           "nodeCacheCapable": True, "weight": 1}],
+        })
+
+
+class _PinHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        names = args.get("NodeNames") or []
+        pin = ((args.get("Pod") or {}).get("metadata", {}).get("annotations") or {}).get(PIN)
+        kept = names if pin is None else [name for name in names if name == pin]
+        failed = {name: f"pinned to {pin}" for name in names if name not in kept}
+        body = json.dumps({"NodeNames": kept, "FailedNodes": failed, "Error": ""}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Nodes and pod bodies for one seed; the pods' schedulerName and pool are filled in per run."""
+
+    seed: int
+    nodes: list[dict[str, Any]]  # create_gpu_node keyword arguments, without the pool label
+    pods: list[dict[str, Any]]  # Pod bodies in creation order
+
+    @staticmethod
+    def generate(seed: int, *, nodes: int = 12, zones: int = 3) -> Scenario:
+        rng = random.Random(seed)
+        node_specs = [{"name": f"n{i:02d}", "gpus": rng.choice([4, 4, 8]), "zone": f"zone-{i % zones}", "cpu": "16",
+                       "taints": [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}] if i == 0 else None}
+                      for i in range(nodes)]
+        bodies: list[dict[str, Any]] = []
+        groups = ["anti", "near-db", "db", "ports", "spread", "plain"]
+        for group in rng.sample(groups, len(groups)):
+            for index in range(rng.randint(4, 9)):
+                bodies.append(_member(group, index, rng))
+        rng.shuffle(bodies)  # pods needing a db pod near may come before any: they wait, then follow
+        return Scenario(seed, node_specs, bodies)
+
+    def create_nodes(self, api: Any, pool: str) -> list[str]:
+        names = []
+        for spec in self.nodes:
+            name = f"{pool}-{spec['name']}"
+            cp.create_gpu_node(api, name, gpus=spec["gpus"], zone=spec["zone"], cpu=spec["cpu"],
+                               labels={POOL_LABEL: pool}, taints=spec["taints"])
+            names.append(name)
+        return names
+
+    def bodies(self, scheduler: str, pool: str) -> list[dict[str, Any]]:
+        found = json.loads(json.dumps(self.pods))
+        for body in found:
+            body["spec"]["schedulerName"] = scheduler
+            body["spec"]["nodeSelector"] = {POOL_LABEL: pool}
+        return found
+
+
+def _member(group: str, index: int, rng: random.Random) -> dict[str, Any]:
+    """One pod of `group`: 1 whole GPU (sometimes 2) and the group's constraint."""
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": {
+        "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {cp.GPU_RESOURCE: str(rng.choice([1, 1, 2]))}}}],
+        "terminationGracePeriodSeconds": 0}
+    selector = {"matchLabels": {"app": group}}
+    if group == "anti":
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": selector, "topologyKey": HOSTNAME}]}}
+    elif group == "near-db":
+        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": ZONE}]}}
+    elif group == "ports":
+        spec["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+    elif group == "spread":
+        spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                                              "labelSelector": selector}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{group}-{index}", "labels": {"app": group}, "annotations": {}}, "spec": spec}
+
+
+def settled(core: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
+    """The namespace's pods by name once each is bound or refused with a reason; None while any waits."""
+    pods = {p["metadata"]["name"]: p for p in scheduling.api_json(core.list_namespaced_pod, namespace)["items"]}
+    for pod in pods.values():
+        if not pod["spec"].get("nodeName") and refusal(pod) is None:
+            return None
+    return pods
+
+
+def refusal(pod: dict[str, Any]) -> str | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return str(condition.get("message") or condition.get("reason"))
+    return None
+
+
+def ask_kube_scheduler(core: Any, namespace: str, pod: dict[str, Any], body: dict[str, Any], profile: str, *,
+                       pin: str | None, timeout: float = 30.0) -> tuple[str | None, str | None]:
+    """Replace `pod` by a copy of `body` for kube-scheduler's `profile`, pinned to `pin` (or free): (the node
+    kube-scheduler bound it to, None) or (None, kube-scheduler's message)."""
+    name = pod["metadata"]["name"]
+    try:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    copy = json.loads(json.dumps(body))
+    copy["spec"]["schedulerName"] = profile
+    if pin is not None:
+        copy["metadata"]["annotations"][PIN] = pin
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, copy)
+            break
+        except ApiException as err:
+            if err.status != 409 or time.monotonic() > deadline:  # 409: the old one is still being deleted
+                raise
+            time.sleep(0.1)
+    while time.monotonic() < deadline:
+        seen = scheduling.api_json(core.read_namespaced_pod, name, namespace)
+        if seen["spec"].get("nodeName"):
+            return seen["spec"]["nodeName"], None
+        message = refusal(seen)
+        if message is not None:
+            return None, message
+        time.sleep(0.1)
+    return None, f"neither bound nor refused by kube-scheduler within {timeout:.0f}s"
