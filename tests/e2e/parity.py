@@ -135,13 +135,26 @@ def _member(group: str, index: int, rng: random.Random) -> dict[str, Any]:
             "metadata": {"name": f"{group}-{index}", "labels": {"app": group}, "annotations": {}}, "spec": spec}
 
 
-def settled(core: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
-    """The namespace's pods by name once each is bound or refused with a reason; None while any waits."""
-    pods = {p["metadata"]["name"]: p for p in scheduling.api_json(core.list_namespaced_pod, namespace)["items"]}
-    for pod in pods.values():
-        if not pod["spec"].get("nodeName") and refusal(pod) is None:
-            return None
-    return pods
+QUIET = 12.0  # seconds without a new binding: past both schedulers' longest backoff (10 s) after a retry
+
+
+def settled(core: Any, namespace: str, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
+    """The namespace's pods by name once each is bound or refused with a reason and no pod has been bound for
+    QUIET seconds: a refused pod is tried again after a backoff when another pod lands (the one it needs near)."""
+    deadline = time.monotonic() + timeout
+    last_bound: frozenset[str] = frozenset()
+    quiet_since = time.monotonic()
+    while True:
+        pods = {p["metadata"]["name"]: p for p in scheduling.api_json(core.list_namespaced_pod, namespace)["items"]}
+        bound = frozenset(name for name, pod in pods.items() if pod["spec"].get("nodeName"))
+        if bound != last_bound:
+            last_bound, quiet_since = bound, time.monotonic()
+        waiting = [name for name, pod in pods.items() if name not in bound and refusal(pod) is None]
+        if not waiting and time.monotonic() - quiet_since >= QUIET:
+            return pods
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{namespace}: not settled within {timeout:.0f}s; waiting without a reason: {waiting}")
+        time.sleep(0.5)
 
 
 def refusal(pod: dict[str, Any]) -> str | None:
@@ -176,6 +189,9 @@ def ask_kube_scheduler(core: Any, namespace: str, pod: dict[str, Any], body: dic
             time.sleep(0.1)
     while time.monotonic() < deadline:
         seen = scheduling.api_json(core.read_namespaced_pod, name, namespace)
+        if pin is None and (seen["spec"].get("nodeName") or refusal(seen) is not None):
+            # an offer, not a replacement: the state stays ours' final one for the next pod offered
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         if seen["spec"].get("nodeName"):
             return seen["spec"]["nodeName"], None
         message = refusal(seen)
@@ -183,3 +199,12 @@ def ask_kube_scheduler(core: Any, namespace: str, pod: dict[str, Any], body: dic
             return None, message
         time.sleep(0.1)
     return None, f"neither bound nor refused by kube-scheduler within {timeout:.0f}s"
+
+
+def gpus_on(core: Any, node: str) -> str:
+    """The node's allocatable GPUs and the pods bound there with theirs, for a message."""
+    allocatable = scheduling.api_json(core.read_node, node)["status"]["allocatable"].get(cp.GPU_RESOURCE)
+    pods = scheduling.api_json(core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")["items"]
+    held = ", ".join(f"{p['metadata']['name']}={scheduling.whole_gpus(p)}"
+                     f"{'(deleting)' if p['metadata'].get('deletionTimestamp') else ''}" for p in pods)
+    return f"{node} has {allocatable} GPUs; pods there: {held}"

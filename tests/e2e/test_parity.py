@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e import parity
-from tests.e2e.installing import wait_for
+from tests.e2e import scheduling
 from tests.e2e.scheduling import start_scheduler
 
 SEEDS = (1, 2, 3)
@@ -28,51 +28,72 @@ KUBE = f"parity-kube-{SUFFIX}"
 UNSUPPORTED = "gpu-scheduler cannot evaluate"
 
 
+class Schedulers:
+    """kube-scheduler as KUBE with the pinning extender, for the whole module; `gpu-scheduler run` as OURS, with
+    the shipped RBAC, started per seed and stopped before kube-scheduler is asked: else it would fill the room
+    a replaced pod leaves with a pod it had left pending, before the pinned copy gets there."""
+
+    def __init__(self, kubeconfig: Path, work: Path):
+        self.kubeconfig, self.work = kubeconfig, work
+        self.config = work / "config.yaml"
+        self.config.write_text(f"schedulerName: {OURS}\n")
+        self.ours: Any = None
+
+    def start_ours(self) -> None:
+        self.ours = start_scheduler(self.kubeconfig, self.work, "--config", str(self.config), name="parity-run")
+
+    def stop_ours(self) -> None:
+        if self.ours is not None:
+            self.ours.stop()
+            self.ours = None
+
+    def logs(self) -> tuple[str, str]:
+        return "gpu-scheduler run (parity)", (self.ours.logs()[-6000:] if self.ours is not None else "(stopped)")
+
+
 @pytest.fixture(scope="module")
 def schedulers(plane: Any, scheduler_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`gpu-scheduler run` as OURS, with the shipped RBAC; kube-scheduler as KUBE with the pinning extender."""
     from tests.e2e.conftest import LOG_SOURCES
 
-    work = tmp_path_factory.mktemp("parity")
-    config = work / "config.yaml"
-    config.write_text(f"schedulerName: {OURS}\n")
-    ours = start_scheduler(scheduler_kubeconfig, work, "--config", str(config), name="parity-run")
-    LOG_SOURCES.append(lambda: ("gpu-scheduler run (parity)", ours.logs()[-6000:]))
+    found = Schedulers(scheduler_kubeconfig, tmp_path_factory.mktemp("parity"))
+    LOG_SOURCES.append(found.logs)
     pinning = parity.PinningExtender().start()
     kube = plane.start_scheduler(pinning.config(KUBE))
-    yield
+    yield found
+    found.stop_ours()
     kube.stop()
     pinning.stop()
-    ours.stop()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_binding_of_ours_is_one_kube_scheduler_accepts(api, schedulers, seed):
     core: Any = client.CoreV1Api(api)
     scenario = parity.Scenario.generate(seed)
-    runs = {}
-    for way, scheduler in (("ours", OURS), ("kube", KUBE)):
+    schedulers.start_ours()
+    for way, scheduler in (("ours", OURS), ("kube", KUBE)):  # both at once, each on its own pool
         pool = f"parity-{SUFFIX}-{seed}-{way}"
-        namespace = pool
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": pool}})
         scenario.create_nodes(api, pool)
         for body in scenario.bodies(scheduler, pool):
-            core.create_namespaced_pod(namespace, body)
-        runs[way] = (namespace, wait_for(lambda ns=namespace: parity.settled(core, ns),
-                                         f"{way}: every pod bound or refused with a reason", timeout=90))
+            core.create_namespaced_pod(pool, body)
+    runs = {way: (f"parity-{SUFFIX}-{seed}-{way}", parity.settled(core, f"parity-{SUFFIX}-{seed}-{way}"))
+            for way in ("ours", "kube")}
+    schedulers.stop_ours()
     namespace, ours = runs["ours"]
     bodies = {body["metadata"]["name"]: body for body in scenario.bodies(KUBE, f"parity-{SUFFIX}-{seed}-ours")}
 
     refused = []
     bound = {name: pod["spec"]["nodeName"] for name, pod in ours.items() if pod["spec"].get("nodeName")}
+    problems = scheduling.overcommit_problems(core)
+    assert problems == [], f"ours overcommitted: {problems}"
     for name, node in sorted(bound.items()):
         placed, message = parity.ask_kube_scheduler(core, namespace, ours[name], bodies[name], KUBE, pin=node)
         if placed != node:
-            refused.append(f"{name} on {node}: kube-scheduler says {message}")
+            refused.append(f"{name} on {node}: kube-scheduler says {message}; {parity.gpus_on(core, node)}")
 
     pending = sorted(name for name in ours if name not in bound)
     placeable = []
-    for name in pending:  # offered to kube-scheduler in ours' final state (this binds those it places)
+    for name in pending:  # offered to kube-scheduler in ours' final state, then taken away again
         placed, _ = parity.ask_kube_scheduler(core, namespace, ours[name], bodies[name], KUBE, pin=None)
         if placed is not None:
             placeable.append((name, parity.refusal(ours[name]) or ""))

@@ -171,29 +171,26 @@ def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(ap
 
 
 def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_which(api, scheduler):
-    """Required pod anti-affinity and a DoNotSchedule spread, on the real apiserver: not bound, PodScheduled=False
-    naming both fields, and a FailedScheduling event; a plain pod created after them is bound meanwhile."""
+    """A PersistentVolumeClaim and a DRA resource claim, on the real apiserver: not bound, PodScheduled=False
+    naming both fields, and a FailedScheduling event; a plain pod created after it is bound meanwhile."""
     core: Any = client.CoreV1Api(api)
     ns = namespace(core)
-    held = gpu_pod("anti-affine")
-    held["metadata"]["labels"] = {"app": "web"}
-    held["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    held["spec"]["topologySpreadConstraints"] = [
-        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]
+    held = gpu_pod("with-claims")
+    held["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    held["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    held["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
     core.create_namespaced_pod(ns, held)
     core.create_namespaced_pod(ns, gpu_pod("plain"))
     wait_for(lambda: core.read_namespaced_pod("plain", ns).spec.node_name, "the plain pod to be bound")
 
     def refused() -> Any:
-        pod = core.read_namespaced_pod("anti-affine", ns)
+        pod = core.read_namespaced_pod("with-claims", ns)
         assert not pod.spec.node_name, "bound although the scheduler cannot evaluate its constraints"
         return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
     condition = wait_for(refused, "PodScheduled=False on the pod it cannot evaluate")
     assert (condition.status, condition.reason) == ("False", "Unschedulable")
     assert condition.message == pods_core.unsupported_reason((
-        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-        "spec.topologySpreadConstraints[0]"))
-    wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "anti-affine"
+        "spec.volumes[0].persistentVolumeClaim", "spec.resourceClaims"))
+    wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "with-claims"
                          for e in core.list_namespaced_event(ns).items), "a FailedScheduling event")
