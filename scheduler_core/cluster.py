@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class Cluster:
         # Only pods with host ports touch it, and a query reads only the nodes where that port is held.
         self.port_holders: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
-        self.pod_index = podaffinity.PodIndex()  # the pods on nodes as inter-pod affinity looks at them
+        self.pod_index = podaffinity.PodIndex()  # the pods on nodes as pod affinity and topology spread look at them
         # namespace -> labels, for namespaceSelectors; None until the namespaces have been listed
         self.namespace_labels: dict[str, Mapping[str, str]] | None = None
         self.namespaces_version = 0  # bumped when namespaces or their labels change
@@ -288,12 +288,22 @@ class Cluster:
         self.node_pods[row].discard(key)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
-        self.pod_index.remove(pod.namespace, pod.labels, pod.pod_affinity, row)
+        self.pod_index.remove(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
         if pod.app:
             self.app_on_node[pod.app][row] -= 1
             if self.zone[row] >= 0:
                 self.app_in_zone[pod.app][int(self.zone[row])] -= 1
         return assignment
+
+    def relabel(self, key: str, pod: PodFacts) -> bool:
+        """A placed pod's labels changed, or its deletion began (a watch update): count it anew where it is, on
+        the devices it holds, for the plugins that select pods by label. Whether it is placed."""
+        assignment = self.assignments.get(key)
+        if assignment is None:
+            return False
+        changed = replace(assignment.pod, labels=pod.labels, app=pod.app, terminating=pod.terminating)
+        self._account(changed, assignment.node, assignment.devices)
+        return True
 
     def _account(self, pod: PodFacts, row: int, devices: tuple[Device, ...]) -> None:
         self.unassign(pod.identity)
@@ -303,7 +313,7 @@ class Cluster:
         self.node_pods[row].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
-        self.pod_index.add(pod.namespace, pod.labels, pod.pod_affinity, row)
+        self.pod_index.add(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
         if pod.app:
             self.app_on_node[pod.app][row] += 1
             if self.zone[row] >= 0:

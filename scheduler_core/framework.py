@@ -75,10 +75,9 @@ class Framework:
             if not alive.any():
                 return Decision(pod.key, None, reason=self._rejections(cycle))
         rows = np.flatnonzero(alive)
-        if rows.size > 1 and pod.preferred_problem and self.scheduling.weight_of("node-affinity") > 0:
-            # kube-scheduler's PreScore fails on it, and it scores only when more than one node fits
-            return Decision(pod.key, None, reason=f"{pod.preferred_problem} (needed to score the {rows.size} nodes "
-                                                  "that fit)")
+        problem = self._pre_score_problem(pod) if rows.size > 1 else None
+        if problem:
+            return Decision(pod.key, None, reason=f"{problem} (needed to score the {rows.size} nodes that fit)")
 
         total = np.zeros(rows.size)
         weighted: dict[str, np.ndarray] = {}
@@ -104,6 +103,15 @@ class Framework:
                 for r in top
             }
         return Decision(pod.key, node, devices, scores=scores)
+
+    def _pre_score_problem(self, pod: PodFacts) -> str | None:
+        """Why kube-scheduler's PreScore fails the pod, in its plugins' order: what a score plugin in use scores
+        by cannot be read. It scores, and so fails, only when more than one node fits."""
+        soft_problem = pod.topology_spread.soft_problem if pod.topology_spread is not None else None
+        for plugin, problem in (("node-affinity", pod.preferred_problem), ("pod-topology-spread", soft_problem)):
+            if problem and self.scheduling.weight_of(plugin) > 0:
+                return problem
+        return None
 
     def _cycle(self, pod: PodFacts) -> plugins.Cycle:
         return plugins.Cycle(self.cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import podaffinity, predicates, workloads
+from scheduler_core import podaffinity, predicates, spread, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
@@ -67,6 +67,11 @@ def node_ready(cycle: Cycle) -> Failures:
 
 
 def taint_toleration(cycle: Cycle) -> Failures:
+    return [(_untolerated(cycle), "node(s) had untolerated taint(s)")]
+
+
+def _untolerated(cycle: Cycle) -> np.ndarray:
+    """Rows with a NoSchedule or NoExecute taint the pod does not tolerate, once per labels version."""
     def compute() -> np.ndarray:
         fails = np.zeros(cycle.rows, dtype=bool)
         for row, facts in enumerate(cycle.cluster.facts):
@@ -74,17 +79,25 @@ def taint_toleration(cycle: Cycle) -> Failures:
                 fails[row] = predicates.first_untolerated(facts.taints, cycle.pod.tolerations) is not None
         return fails
 
-    return [(cycle.cached(("taints", cycle.pod.tolerations), compute), "node(s) had untolerated taint(s)")]
+    return cycle.cached(("taints", cycle.pod.tolerations), compute)
 
 
 def node_affinity(cycle: Cycle) -> Failures:
     pod = cycle.pod
     if not pod.node_selector and pod.required_terms is None:
         return []
+    return [(_affinity_mismatch(cycle), "node(s) didn't match Pod's node affinity/selector")]
+
+
+def _affinity_mismatch(cycle: Cycle) -> np.ndarray:
+    """Rows the pod's nodeSelector and required node affinity rule out, once per labels version."""
+    pod = cycle.pod
     selector = tuple(sorted(pod.node_selector.items()))
 
     def compute() -> np.ndarray:
         fails = np.zeros(cycle.rows, dtype=bool)
+        if not selector and pod.required_terms is None:
+            return fails
         for row, facts in enumerate(cycle.cluster.facts):
             if facts is None:
                 continue
@@ -95,8 +108,7 @@ def node_affinity(cycle: Cycle) -> Failures:
             fails[row] = not ok
         return fails
 
-    mask = cycle.cached(("affinity", selector, pod.required_terms), compute)
-    return [(mask, "node(s) didn't match Pod's node affinity/selector")]
+    return cycle.cached(("affinity", selector, pod.required_terms), compute)
 
 
 def node_ports(cycle: Cycle) -> Failures:
@@ -232,6 +244,30 @@ def _domains(cycle: Cycle) -> Callable[[str], podaffinity.Domains]:
     return domains
 
 
+SPREAD_MISMATCH = "node(s) didn't match pod topology spread constraints"
+SPREAD_MISSING_LABEL = SPREAD_MISMATCH + " (missing required label)"
+
+
+def pod_topology_spread(cycle: Cycle) -> Failures:
+    """PodTopologySpread: the pod's DoNotSchedule constraints. Nothing to do for a pod without them."""
+    constraints = cycle.pod.topology_spread
+    if constraints is None or not constraints.hard:
+        return []
+    missing, skewed = spread.filter_failures(constraints.hard, cycle.pod.labels, _spread_nodes(cycle))
+    return [(missing, SPREAD_MISSING_LABEL), (skewed, SPREAD_MISMATCH)]
+
+
+def _spread_nodes(cycle: Cycle) -> spread.Nodes:
+    """The nodes as topology spread reads them, for the incoming pod: its namespace's pods counted."""
+    index, namespace = cycle.cluster.pod_index, cycle.pod.namespace
+
+    def counted(selector: podaffinity.Selector) -> tuple[np.ndarray, np.ndarray]:
+        return podaffinity.rows_of(group.rows for group in index.counted(namespace, selector))
+
+    return spread.Nodes(cycle.cluster.present[: cycle.rows], _domains(cycle), _affinity_mismatch(cycle),
+                        _untolerated(cycle), counted)
+
+
 FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("NodeUnschedulable", node_unschedulable),
     ("NodeReady", node_ready),
@@ -244,10 +280,11 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("GPUMemory", gpu_memory),
     ("NodeResourcesFit", resources_fit),
     ("GPUDevices", gpu_devices),
+    ("PodTopologySpread", pod_topology_spread),
     ("InterPodAffinity", inter_pod_affinity),
 )
 # Filters the extender leaves out: kube-scheduler has evaluated them before it asks.
-KUBE_SCHEDULER_FILTERS = frozenset({"InterPodAffinity"})
+KUBE_SCHEDULER_FILTERS = frozenset({"PodTopologySpread", "InterPodAffinity"})
 
 
 # --- scores -----------------------------------------------------------------------------------
@@ -426,6 +463,15 @@ def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     return podaffinity.normalized(totals[rows])
 
 
+def pod_topology_spread_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """PodTopologySpread's score: the pod's ScheduleAnyway constraints, fewer matching pods in a candidate's
+    domain scoring higher, normalised over the candidates as upstream. Nothing to do for a pod without them."""
+    constraints = cycle.pod.topology_spread
+    if constraints is None or not constraints.soft:
+        return np.zeros(rows.size)
+    return spread.scores(constraints.soft, rows, _spread_nodes(cycle))
+
+
 SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "gpu-placement": gpu_placement,
     "node-resources": node_resources,
@@ -437,6 +483,7 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "node-affinity": node_affinity_preference,
     "taint-toleration": taint_preference,
     "inter-pod-affinity": inter_pod_affinity_preference,
+    "pod-topology-spread": pod_topology_spread_preference,
 }
 
 assert MILLI == GPU_MILLI  # requests and devices share one unit

@@ -9,7 +9,8 @@ matched by the incoming pod, add or take away their weight in a domain. The apis
 reads only `labelSelector`, and so does this module.
 
 Pods on nodes are kept in a `PodIndex`, grouped by namespace and labels (what terms select) and by the
-terms they carry, so a decision looks at groups of alike pods and never at every pod.
+terms they carry, so a decision looks at groups of alike pods and never at every pod. PodTopologySpread
+(scheduler_core.spread) counts pods through the same index, label selectors and `Domains`.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class PodAffinity:
 
 
 class InvalidTerm(ValueError):
-    """A term the scheduler cannot read: the message names the field as upstream's parser does."""
+    """A term (or a label selector) the scheduler cannot read: the message names the field as upstream's parser
+    does."""
 
 
 # (kind, field, upstream's name for the terms, weighted)
@@ -137,11 +139,11 @@ def _weighted(raw: object, namespace: str) -> WeightedTerm:
 def _term(raw: object, namespace: str) -> AffinityTerm:
     """newAffinityTerm: with neither namespaces nor a namespaceSelector, the term covers the pod's own namespace."""
     raw = _object(raw, "a PodAffinityTerm")
-    selector = _selector(raw.get("labelSelector"))
+    selector = parse_selector(raw.get("labelSelector"))
     listed = raw.get("namespaces")
     if listed is not None and not (isinstance(listed, list) and all(isinstance(n, str) for n in listed)):
         raise InvalidTerm(f"namespaces: Invalid value: {fields.shown(listed)}: must be a list of names")
-    namespace_selector = _selector(raw.get("namespaceSelector"))
+    namespace_selector = parse_selector(raw.get("namespaceSelector"))
     topology_key = raw.get("topologyKey", "")
     if not isinstance(topology_key, str):
         raise InvalidTerm(f"topologyKey: Invalid value: {fields.shown(topology_key)}: must be a label key")
@@ -156,8 +158,8 @@ def _object(raw: object, what: str) -> Mapping[str, Any]:
     return raw
 
 
-def _selector(raw: object) -> Selector:
-    """metav1.LabelSelectorAsSelector, with its validation of keys, operators and values."""
+def parse_selector(raw: object) -> Selector:
+    """metav1.LabelSelectorAsSelector, with its validation of keys, operators and values; raises InvalidTerm."""
     if raw is None:
         return None
     raw = _object(raw, "a LabelSelector")
@@ -212,31 +214,34 @@ def _strings(values: list[Any]) -> str:
 
 @dataclass
 class LabelGroup:
-    """Pods of one namespace with the same labels, counted per node row."""
+    """Pods of one namespace with the same labels, counted per node row; those being deleted (a
+    deletionTimestamp set) apart, as PodTopologySpread leaves them out."""
 
     namespace: str
     labels: Mapping[str, str]
+    terminating: bool = False
     rows: Counter[int] = field(default_factory=Counter)
 
 
 class PodIndex:
-    """The pods on nodes (assumed or bound, of any scheduler) as inter-pod affinity looks at them: by
-    namespace and labels, and, for the few that carry terms, by their terms (upstream's PodsWithAffinity
+    """The pods on nodes (assumed or bound, of any scheduler) as inter-pod affinity and topology spread look at
+    them: by namespace and labels, and, for the few that carry terms, by their terms (upstream's PodsWithAffinity
     and PodsWithRequiredAntiAffinity). The cluster model adds and removes each pod as it accounts it."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, dict[tuple[tuple[str, str], ...], LabelGroup]] = {}
+        self.groups: dict[str, dict[tuple[Any, ...], LabelGroup]] = {}
         self.with_affinity: dict[PodAffinity, Counter[int]] = {}
         self.with_anti_affinity: dict[PodAffinity, Counter[int]] = {}
         self.version = 0  # bumped when a group appears or goes: the selections cached below key on it
-        self._selected: dict[tuple[AffinityTerm, ...], tuple[int, list[LabelGroup]]] = {}
+        self._selected: dict[Any, tuple[int, list[LabelGroup]]] = {}
 
-    def add(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int) -> None:
+    def add(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int, *,
+            terminating: bool = False) -> None:
         by_labels = self.groups.setdefault(namespace, {})
-        key = tuple(sorted(labels.items()))
+        key = (tuple(sorted(labels.items())), terminating)
         group = by_labels.get(key)
         if group is None:
-            group = by_labels[key] = LabelGroup(namespace, dict(labels))
+            group = by_labels[key] = LabelGroup(namespace, dict(labels), terminating)
             self.version += 1
         group.rows[row] += 1
         if terms is not None:
@@ -244,9 +249,10 @@ class PodIndex:
             if terms.anti_required:
                 self.with_anti_affinity.setdefault(terms, Counter())[row] += 1
 
-    def remove(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int) -> None:
+    def remove(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int, *,
+               terminating: bool = False) -> None:
         by_labels = self.groups.get(namespace, {})
-        key = tuple(sorted(labels.items()))
+        key = (tuple(sorted(labels.items())), terminating)
         group = by_labels.get(key)
         if group is not None and _take(group.rows, row):
             del by_labels[key]
@@ -261,19 +267,31 @@ class PodIndex:
     def select(self, terms: Sequence[AffinityTerm]) -> list[LabelGroup]:
         """The groups of pods every one of `terms` matches, for terms of the incoming pod (resolved: no
         namespaceSelector but the one that selects every namespace)."""
-        key = tuple(terms)
+        if not all(term.selector is not None for term in terms):
+            return []
+        scoped = [term.namespaces for term in terms if term.namespace_selector != ()]
+        return self._matching(tuple(terms), frozenset.intersection(*scoped) if scoped else None,
+                              [term.selector for term in terms])
+
+    def counted(self, namespace: str, selector: Selector) -> list[LabelGroup]:
+        """The groups PodTopologySpread counts (countPodsMatchSelector): pods of `namespace` whose labels
+        `selector` selects, leaving out pods being deleted; an empty selector, as a nil one, counts none."""
+        if not selector:
+            return []
+        return [group for group in self._matching(("counted", namespace, selector), frozenset((namespace,)), [selector])
+                if not group.terminating]
+
+    def _matching(self, key: Any, namespaces: frozenset[str] | None, selectors: list[Selector]) -> list[LabelGroup]:
+        """The groups in `namespaces` (None: all) whose labels every one of `selectors` selects, cached per version."""
         cached = self._selected.get(key)
         if cached is not None and cached[0] == self.version:
             return cached[1]
         if len(self._selected) > 1024:
             self._selected.clear()
         found: list[LabelGroup] = []
-        if all(term.selector is not None for term in terms):
-            scoped = [term.namespaces for term in terms if term.namespace_selector != ()]
-            names = frozenset.intersection(*scoped) if scoped else self.groups.keys()
-            for name in names:
-                found.extend(group for group in self.groups.get(name, {}).values()
-                             if all(selects(term.selector, group.labels) for term in terms))
+        for name in self.groups.keys() if namespaces is None else namespaces:
+            found.extend(group for group in self.groups.get(name, {}).values()
+                         if all(selects(selector, group.labels) for selector in selectors))
         self._selected[key] = (self.version, found)
         return found
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from scheduler_core import fields, podaffinity, predicates, quantity, requests
+from scheduler_core import fields, podaffinity, predicates, quantity, requests, spread
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -85,11 +85,13 @@ class PodFacts:
     images: tuple[tuple[str, int], ...]  # (image, how many containers or image volumes use it), for ImageLocality
     containers: int  # containers and init containers, which scale ImageLocality's score
     # Fields that constrain where the pod may run which the core does not evaluate yet (paths, e.g.
-    # `spec.topologySpreadConstraints[0]`): the standalone scheduler never binds such a pod, rather than
+    # `spec.volumes[0].persistentVolumeClaim`): the standalone scheduler never binds such a pod, rather than
     # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
     unsupported: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     pod_affinity: podaffinity.PodAffinity | None = None  # inter-pod affinity terms; None: it has none
+    topology_spread: spread.TopologySpread | None = None  # topology spread constraints; None: it has none
+    terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
 
     @property
     def namespace(self) -> str:
@@ -140,6 +142,8 @@ def parse(
     pod_affinity, affinity_problem = podaffinity.parse(all_affinity, key.partition("/")[0])
     if affinity_problem:
         problems.append(affinity_problem)
+    topology_spread, spread_problems = spread.parse(spec.get("topologySpreadConstraints"), labels)
+    problems.extend(spread_problems)
     affinity = fields.mapping(all_affinity.get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     preferred_terms, preferred_problem = _preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
@@ -176,6 +180,8 @@ def parse(
         unsupported=unsupported_fields(spec),
         labels=labels,
         pod_affinity=pod_affinity,
+        topology_spread=topology_spread,
+        terminating=metadata.get("deletionTimestamp") is not None,
     )
 
 
@@ -209,15 +215,8 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 
 
 def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported).
-
-    Preferences (ScheduleAnyway spread) are not among them: kube-scheduler, too, may bind a pod on any
-    node that passes its filters, whatever it scores.
-    """
+    """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported)."""
     found = []
-    for index, constraint in enumerate(fields.sequence(spec.get("topologySpreadConstraints"))):
-        if fields.mapping(constraint).get("whenUnsatisfiable", "DoNotSchedule") != "ScheduleAnyway":
-            found.append(f"spec.topologySpreadConstraints[{index}]")
     for index, volume in enumerate(fields.sequence(spec.get("volumes"))):
         for source in ("persistentVolumeClaim", "ephemeral"):
             if fields.mapping(volume).get(source) is not None:

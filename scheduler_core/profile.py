@@ -28,6 +28,7 @@ SCORE_PLUGINS: dict[str, int] = {
     "node-affinity": 2,  # preferred node affinity terms, as upstream
     "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
     "inter-pod-affinity": 2,  # preferred pod (anti-)affinity, and placed pods' affinity towards the pod, as upstream
+    "pod-topology-spread": 2,  # ScheduleAnyway topology spread constraints, as upstream
     # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
     "random": 0,
     "bestfit": 0,

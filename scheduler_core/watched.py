@@ -128,7 +128,9 @@ class WatchedCluster:
         # the driver, which reports each once (an event on the pod), not again at every relist
         self.conflicts: dict[str, str] = {}
         self.new_conflicts: list[tuple[pods.PodFacts, str]] = []
-        self._with_affinity: set[str] = set()  # uids of pending pods with required pod affinity (some may be gone)
+        # uids of pending pods that other pods landing may let through: required pod affinity, DoNotSchedule
+        # topology spread (some may be gone)
+        self._awaiting: set[str] = set()
 
     def configure(self, scheduling: profile.Scheduling) -> None:
         """Objects parsed from now on use these locality labels and utilization age."""
@@ -258,12 +260,17 @@ class WatchedCluster:
         current = self.cluster.assignments.get(uid)
         orphan = self.orphans.get(uid)
         if current is not None and self.cluster.node(current.node).name == node:
-            pass  # accounted there already; the devices our decision chose stand
+            # accounted there already, and the devices our decision chose stand; new labels, or its deletion
+            # begun, change what topology spread and pod affinity count
+            if _counted_as(current.pod) != _counted_as(facts):
+                change.freed = self.cluster.relabel(uid, facts)
         elif current is None and orphan is not None and orphan.node_name == node:
-            pass  # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
+            # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
+            self.orphans[uid] = dataclasses.replace(orphan, labels=facts.labels, app=facts.app,
+                                                    terminating=facts.terminating)
         else:
-            # a pod now on a node may be what a parked pod's required pod affinity waits for
-            change.freed = self._release(uid) or self._awaiting_affinity()
+            # a pod now on a node may be what a parked pod's pod affinity or topology spread waits for
+            change.freed = self._release(uid) or self._awaiting_pods()
             self._place(uid, facts)
         if self.warm_up:
             candidate = warmup.Candidate.of(obj)
@@ -319,17 +326,20 @@ class WatchedCluster:
 
     def _pend(self, pending: PendingPod) -> None:
         self.pending[pending.uid] = pending
-        if pending.facts.pod_affinity is not None and pending.facts.pod_affinity.required:
-            self._with_affinity.add(pending.uid)
+        facts = pending.facts
+        if (facts.pod_affinity is not None and facts.pod_affinity.required) or (
+                facts.topology_spread is not None and facts.topology_spread.hard):
+            self._awaiting.add(pending.uid)
 
-    def _awaiting_affinity(self) -> bool:
-        """Whether a pending pod has required pod affinity. Pods no longer pending leave the set here, each
+    def _awaiting_pods(self) -> bool:
+        """Whether a pending pod has required pod affinity or a DoNotSchedule spread constraint, which a pod
+        landing may satisfy (more pods in the emptiest domain). Pods no longer pending leave the set here, each
         once, so a stream of bound pods costs next to nothing."""
-        while self._with_affinity:
-            uid = next(iter(self._with_affinity))
+        while self._awaiting:
+            uid = next(iter(self._awaiting))
             if uid in self.pending:
                 return True
-            self._with_affinity.discard(uid)
+            self._awaiting.discard(uid)
         return False
 
     def facts_of(self, obj: Mapping[str, Any]) -> pods.PodFacts:
@@ -438,6 +448,11 @@ def _describe(obj: Any) -> str:
 
 def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
     return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
+
+
+def _counted_as(facts: pods.PodFacts) -> tuple[object, ...]:
+    """What of a placed pod the plugins that select pods by label read, and a watch update may change."""
+    return facts.labels, facts.terminating
 
 
 def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:

@@ -75,6 +75,7 @@ def test_the_design_example_parses_into_rules():
     assert settings.scheduling.weights == (("gpu-placement", 3),)
     assert settings.scheduling.weight_of("gpu-placement") == 3 and settings.scheduling.weight_of("spot") == 2
     assert settings.scheduling.weight_of("inter-pod-affinity") == 2  # kube-scheduler's default profile
+    assert settings.scheduling.weight_of("pod-topology-spread") == 2  # likewise
     assert settings.scheduling.warmup == profile.Warmup(seconds=120, cost=10)
 
 
@@ -172,9 +173,11 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("scheduling: {weights: {gpu: 1}}",
          ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, node-resources, "
           "balanced-allocation, image-locality, gpu-utilization, spot, locality, node-affinity, taint-toleration, "
-          "inter-pod-affinity, random, bestfit, dotproduct, gpupacking, fgd, gpu-fragmentation"]),
+          "inter-pod-affinity, pod-topology-spread, random, bestfit, dotproduct, gpupacking, fgd, gpu-fragmentation"]),
         ("scheduling: {weights: {inter-pod-affinity: 1.5}}",
          ["scheduling.weights.inter-pod-affinity: must be an integer >= 0, got 1.5"]),
+        ("scheduling: {weights: {pod-topology-spread: -2}}",
+         ["scheduling.weights.pod-topology-spread: must be an integer >= 0, got -2"]),
         ("scheduling: {localityLabels: []}", ["scheduling.localityLabels: must be a non-empty list of names, got []"]),
         ("scheduling: {utilizationMaxAgeSeconds: 0}",
          ["scheduling.utilizationMaxAgeSeconds: must be a positive integer, got 0"]),

@@ -28,10 +28,6 @@ def sidecar(restart: str | None) -> dict[str, Any]:
 
 
 UNSUPPORTED = [
-    (with_spec(topologySpreadConstraints=[
-        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"},
-        {"maxSkew": 1, "topologyKey": "zone"}]),  # DoNotSchedule by default
-     ["spec.topologySpreadConstraints[1]"]),
     (with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
         "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}]),
      ["spec.volumes[1].persistentVolumeClaim", "spec.volumes[2].ephemeral"]),
@@ -59,6 +55,8 @@ def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj, pat
     with_spec(affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 10, "podAffinityTerm": TERM}]}}),
     with_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]),
+    with_spec(topologySpreadConstraints=[  # evaluated now (PodTopologySpread)
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]),
     sidecar(None),  # host ports are evaluated now (NodePorts), of sidecars too
     sidecar("Always"),
     with_spec(containers=[{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}]),
