@@ -15,6 +15,8 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
         namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
         filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
         score: {node: 0..100}        # or: the normalised score per feasible node
+        candidates: [node, ...]      # optional, with `score`: the nodes that passed the filters (default: every
+                                     # node); only they are scored, while pods on the others still count
         problem: text                # or: a problem the pod's facts carry, so it is never scheduled (upstream's
                                      # PreFilter or PreScore refuses the pod with this text)
         skip: why                    # optional: a case the core does not take, and why (a feature outside
@@ -107,9 +109,10 @@ def problems(case: dict[str, Any]) -> tuple[str, ...]:
 
 
 def scores(case: dict[str, Any], plugin: str) -> dict[str, float]:
-    """node -> the score plugin `plugin` gives it (0..100), over every node of the case."""
+    """node -> the score plugin `plugin` gives it (0..100), over the case's candidates (default: every node)."""
     found, cycle = cycle_of(case)
-    rows = np.array(sorted(found.cluster.index.values()), dtype=np.int64)
+    index = found.cluster.index
+    rows = np.array(sorted(index[name] for name in case.get("candidates", index)), dtype=np.int64)
     values = plugins.SCORES[plugin](cycle, rows)
     return {found.cluster.node(int(row)).name: float(value) for row, value in zip(rows, values)}
 
