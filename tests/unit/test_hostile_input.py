@@ -342,6 +342,7 @@ POD_PATHS = [
     ("spec", "affinity", "podAffinity"), ("spec", "affinity", "podAntiAffinity"),
     ("spec", "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
     ("spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
+    ("spec", "topologySpreadConstraints"), ("metadata", "deletionTimestamp"),
 ]
 NODE_PATHS = [
     ("status",), ("status", "allocatable"), ("status", "allocatable", "cpu"), ("status", "allocatable", "nvidia.com/gpu"),
@@ -416,13 +417,16 @@ recorded_devices = st.one_of(st.none(), st.just("garbage"), device_lists.map(jso
 def bound_pods(draw, number: int) -> dict[str, Any]:
     kind = draw(st.sampled_from(["whole", "share", "cpu"]))
     recorded = draw(recorded_devices)
-    return pod(f"p{number}", node_name=draw(st.sampled_from(["a", "b", "c", "gone"])),
-               gpus=draw(st.integers(1, 10)) if kind == "whole" else 0,
-               milli=draw(st.integers(1, 999)) if kind == "share" else None,
-               mem=draw(st.sampled_from(["1Gi", "100P", "1e30", "9" * 5000])),
-               annotations={pods.DEVICES_ANNOTATION: recorded} if recorded is not None else None,
-               namespace=draw(st.sampled_from(["ns", "other"])), labels=draw(st.sampled_from([{}, {"app": "web"}])),
-               affinity=draw(st.sampled_from(POD_AFFINITIES)))
+    obj = pod(f"p{number}", node_name=draw(st.sampled_from(["a", "b", "c", "gone"])),
+              gpus=draw(st.integers(1, 10)) if kind == "whole" else 0,
+              milli=draw(st.integers(1, 999)) if kind == "share" else None,
+              mem=draw(st.sampled_from(["1Gi", "100P", "1e30", "9" * 5000])),
+              annotations={pods.DEVICES_ANNOTATION: recorded} if recorded is not None else None,
+              namespace=draw(st.sampled_from(["ns", "other"])), labels=draw(st.sampled_from([{}, {"app": "web"}])),
+              affinity=draw(st.sampled_from(POD_AFFINITIES)))
+    if draw(st.booleans()):
+        obj["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"  # being deleted: spread counts it no more
+    return obj
 
 
 POD_AFFINITIES = [None, {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -457,7 +461,8 @@ def assert_consistent(c: cluster.Cluster) -> None:
             assert c.used[column, row] == min(exact, MAX_MILLI)
     rebuilt = podaffinity.PodIndex()
     for assignment in c.assignments.values():
-        rebuilt.add(assignment.pod.namespace, assignment.pod.labels, assignment.pod.pod_affinity, assignment.node)
+        rebuilt.add(assignment.pod.namespace, assignment.pod.labels, assignment.pod.pod_affinity, assignment.node,
+                    terminating=assignment.pod.terminating)
     assert index_contents(c.pod_index) == index_contents(rebuilt)
 
 

@@ -494,3 +494,66 @@ def test_a_pod_bound_elsewhere_wakes_pods_waiting_for_pod_affinity():
     assert found.pod_event("ADDED", incarnation("db2", "uid-db2", node_name="a"), now=NOW).freed
     found.pod_event("DELETED", incarnation("app", "uid-app", affinity=TEAM_SELECTOR), now=NOW)
     assert not found.pod_event("ADDED", incarnation("db3", "uid-db3", node_name="a"), now=NOW).freed
+
+
+# --- topology spread: the counts follow the pods ------------------------------------------------------------
+
+ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "web"}}}
+
+
+def spread(name: str, uid: str, *constraints: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    obj = incarnation(name, uid, cpu="1", labels={"app": "web"}, **kwargs)
+    obj["spec"]["topologySpreadConstraints"] = list(constraints or (ZONE_SPREAD,))
+    return obj
+
+
+def test_assumed_replicas_count_so_a_burst_with_a_spread_constraint_spreads():
+    """Nothing is bound yet: each replica's constraint counts the replicas assumed before it."""
+    found = model(node("a1", zone="z1"), node("a2", zone="z1"), node("b", zone="z2"))
+    found.pods_relisted([spread(f"web-{i}", f"uid-{i}") for i in range(6)], now=NOW)
+    scheduler = framework.Framework(found.cluster)
+    zones = []
+    for i in range(6):
+        decision = scheduler.decide(found.pending[f"uid-{i}"].facts)
+        assert decision.node is not None
+        found.assume(found.pending[f"uid-{i}"].facts, decision.node, decision.devices, now=NOW)
+        zones.append(found.cluster.node(found.cluster.index[decision.node]).zone)
+    assert sorted(zones) == ["z1", "z1", "z1", "z2", "z2", "z2"]
+
+
+def test_pods_that_go_are_being_deleted_or_change_their_labels_leave_the_counts():
+    """The pod may go to a only while a holds no more matching pods than b: a deletion, a deletion begun and a
+    label taken away each change that, and each may make room."""
+    pinned = {**ZONE_SPREAD, "topologyKey": "kubernetes.io/hostname", "nodeAffinityPolicy": "Ignore"}
+    found = model(node("a"), node("b"))
+    on_a = [spread(f"a-{i}", f"uid-a{i}", node_name="a") for i in range(2)]
+    on_b = spread("b-0", "uid-b0", node_name="b")
+    found.pods_relisted([*on_a, on_b, spread("p", "uid-p", pinned, node_selector={"kubernetes.io/hostname": "a"})],
+                        now=NOW)
+    scheduler = framework.Framework(found.cluster)
+
+    def decide() -> str | None:
+        return scheduler.decide(found.pending["uid-p"].facts).node
+
+    assert decide() is None  # a: 2 + 1 - 1 > 1
+    assert found.pod_event("DELETED", on_a[0], now=NOW).freed
+    assert decide() == "a"  # a: 1 + 1 - 1
+    deleting = {**on_b, "metadata": {**on_b["metadata"], "deletionTimestamp": "2026-11-29T12:00:00Z"}}
+    assert found.pod_event("MODIFIED", deleting, now=NOW).freed
+    assert decide() is None  # b counts 0 now: a: 1 + 1 - 0 > 1
+    relabelled = {**on_a[1], "metadata": {**on_a[1]["metadata"], "labels": {"app": "old"}}}
+    assert found.pod_event("MODIFIED", relabelled, now=NOW).freed
+    assert decide() == "a"
+    assert not found.pod_event("MODIFIED", relabelled, now=NOW).freed  # nothing changed
+    groups = found.cluster.pod_index.groups["ns"].values()
+    assert sorted((dict(g.labels)["app"], g.terminating, sum(g.rows.values())) for g in groups) == [
+        ("old", False, 1), ("web", True, 1)]
+
+
+def test_a_pod_bound_elsewhere_wakes_pods_waiting_for_topology_spread():
+    """A pod landing in the emptiest domain may raise the lowest count and let a waiting pod through."""
+    found = model(node("a"))
+    assert not found.pod_event("ADDED", incarnation("db", "uid-db", node_name="a"), now=NOW).freed
+    found.pod_event("ADDED", spread("p", "uid-p"), now=NOW)
+    assert found.pod_event("ADDED", incarnation("db2", "uid-db2", node_name="a"), now=NOW).freed
