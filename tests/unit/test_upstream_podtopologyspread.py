@@ -2,15 +2,5 @@
 
 from tests.unit import upstream
 
-FILTER = upstream.load("podtopologyspread_filter")
-SCORE = upstream.load("podtopologyspread_score")
-
-
-@upstream.each_case(FILTER)
-def test_filter(case):
-    upstream.check(FILTER, case)
-
-
-@upstream.each_case(SCORE)
-def test_score(case):
-    upstream.check(SCORE, case)
+test_filter = upstream.test_of("podtopologyspread_filter")
+test_score = upstream.test_of("podtopologyspread_score")

@@ -418,19 +418,24 @@ def replica(index: int, **kwargs: Any) -> dict[str, Any]:
     return incarnation(f"web-{index}", f"uid-{index}", cpu="1", labels={"app": "web"}, affinity=SPREAD, **kwargs)
 
 
+def assumed_in_turn(found: watched.WatchedCluster, uids: list[str]) -> list[str]:
+    """Decide and assume each pending pod in turn, as `run` does before any binding lands; the nodes chosen."""
+    scheduler = framework.Framework(found.cluster)
+    chosen = []
+    for uid in uids:
+        decision = scheduler.decide(found.pending[uid].facts)
+        assert decision.node is not None
+        found.assume(found.pending[uid].facts, decision.node, decision.devices, now=NOW)
+        chosen.append(decision.node)
+    return chosen
+
+
 def test_assumed_replicas_count_so_a_burst_with_anti_affinity_spreads():
     """Nothing is bound yet: each replica's anti-affinity sees the replicas assumed before it."""
     found = model(node("a"), node("b"), node("c"))
     found.pods_relisted([replica(i) for i in range(4)], now=NOW)
-    scheduler = framework.Framework(found.cluster)
-    placed = []
-    for i in range(3):
-        decision = scheduler.decide(found.pending[f"uid-{i}"].facts)
-        assert decision.node is not None
-        found.assume(found.pending[f"uid-{i}"].facts, decision.node, decision.devices, now=NOW)
-        placed.append(decision.node)
-    assert sorted(placed) == ["a", "b", "c"]
-    assert scheduler.decide(found.pending["uid-3"].facts).reason == (
+    assert sorted(assumed_in_turn(found, [f"uid-{i}" for i in range(3)])) == ["a", "b", "c"]
+    assert framework.Framework(found.cluster).decide(found.pending["uid-3"].facts).reason == (
         "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.")
 
 
@@ -512,14 +517,10 @@ def test_assumed_replicas_count_so_a_burst_with_a_spread_constraint_spreads():
     """Nothing is bound yet: each replica's constraint counts the replicas assumed before it."""
     found = model(node("a1", zone="z1"), node("a2", zone="z1"), node("b", zone="z2"))
     found.pods_relisted([spread(f"web-{i}", f"uid-{i}") for i in range(6)], now=NOW)
-    scheduler = framework.Framework(found.cluster)
-    zones = []
-    for i in range(6):
-        decision = scheduler.decide(found.pending[f"uid-{i}"].facts)
-        assert decision.node is not None
-        found.assume(found.pending[f"uid-{i}"].facts, decision.node, decision.devices, now=NOW)
-        zones.append(found.cluster.node(found.cluster.index[decision.node]).zone)
-    assert sorted(zones) == ["z1", "z1", "z1", "z2", "z2", "z2"]
+    chosen = assumed_in_turn(found, [f"uid-{i}" for i in range(6)])
+    zones = [found.cluster.node(found.cluster.index[name]).zone for name in chosen]
+    assert sorted(zones) == ["z1", "z1", "z1", "z2", "z2", "z2"] and found.assumed.keys() == {
+        f"uid-{i}" for i in range(6)}
 
 
 def test_pods_that_go_are_being_deleted_or_change_their_labels_leave_the_counts():

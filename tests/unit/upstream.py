@@ -25,13 +25,15 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
 Upstream builds many objects with helpers (st.MakePod()...); the data spells out what they build,
 defaults included (a node's allocatable is what the case gives it, nothing more).
 
-A test module needs no more than `@upstream.each_case(TABLE)` on a test that calls `upstream.check(TABLE, case)`.
+A test module needs no more than `@upstream.each_case(TABLE)` on a test that calls `upstream.check(TABLE, case)`,
+or, the same in one line, `test_filter = upstream.test_of("<plugin>_filter")`.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,17 @@ def each_case(table: dict[str, Any]) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("case", [
         pytest.param(case, id=case["id"], marks=[pytest.mark.skip(reason=case["skip"])] if "skip" in case else [])
         for case in table["cases"]])
+
+
+def test_of(name: str) -> Callable[[dict[str, Any]], None]:
+    """A test of every case of the table `name`, for a test module to hold under a name pytest collects."""
+    table = load(name)
+
+    @each_case(table)
+    def test(case: dict[str, Any]) -> None:
+        check(table, case)
+
+    return test
 
 
 def check(table: dict[str, Any], case: dict[str, Any]) -> None:
