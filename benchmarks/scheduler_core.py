@@ -10,7 +10,10 @@ Targets (issue 4): >= 1000 pods/s at 5000 nodes (kube-scheduler's own threshold 
 shape: 680 pods/s including binding, 180 with extended resources), cost growing no worse
 than linearly in nodes, under 300 MB resident.
 
-    python benchmarks/scheduler_core.py [--nodes 500,5000,15000] [--pods 10000] [--json]
+With --constrained 0.3, 30% of the pods carry required pod anti-affinity per node or a zone spread
+constraint (issue 13's target: still >= 1000 pods/s at 5000 nodes); the baseline ignores them.
+
+    python benchmarks/scheduler_core.py [--nodes 500,5000,15000] [--pods 10000] [--constrained 0.3] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def make_node(i: int, rng: random.Random) -> dict:
     }
 
 
-def make_pod(i: int, rng: random.Random, node: str | None = None) -> dict:
+def make_pod(i: int, rng: random.Random, node: str | None = None, constrained: float = 0.0) -> dict:
     roll = rng.random()
     annotations = {}
     limits = {}
@@ -58,18 +61,27 @@ def make_pod(i: int, rng: random.Random, node: str | None = None) -> dict:
         "requests": {"cpu": "2", "memory": "8Gi"}, "limits": limits}}]}
     if node:
         spec["nodeName"] = node
+    if constrained and rng.random() < constrained:  # half anti-affinity per node, half zone spread, by app
+        selector = {"matchLabels": {"app": f"app-{i % 50}"}}
+        if i % 2:
+            spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
+        else:
+            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                                  "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": f"pod-{i}", "namespace": "bench", "annotations": annotations,
         "labels": {"app": f"app-{i % 50}"}}, "spec": spec}
 
 
-def run_core(node_count: int, pod_count: int, bound: int, queue) -> None:
+def run_core(node_count: int, pod_count: int, bound: int, constrained: float, queue) -> None:
     from scheduler_core import cluster, framework, nodes, pods
 
     rng = random.Random(42)
     node_objects = [make_node(i, rng) for i in range(node_count)]
-    bound_pods = [make_pod(i, rng, node=f"node-{rng.randrange(node_count):05d}") for i in range(bound)]
-    pending = [pods.parse(make_pod(bound + i, rng)) for i in range(pod_count)]
+    bound_pods = [make_pod(i, rng, node=f"node-{rng.randrange(node_count):05d}", constrained=constrained)
+                  for i in range(bound)]
+    pending = [pods.parse(make_pod(bound + i, rng, constrained=constrained)) for i in range(pod_count)]
     started = time.perf_counter()
     model = cluster.Cluster()
     for obj in node_objects:
@@ -92,12 +104,13 @@ def run_core(node_count: int, pod_count: int, bound: int, queue) -> None:
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
 
-def run_baseline(node_count: int, pod_count: int, bound: int, queue) -> None:
-    """Best-fit over a Python list of nodes: free GPU count and model, nothing else."""
+def run_baseline(node_count: int, pod_count: int, bound: int, constrained: float, queue) -> None:
+    """Best-fit over a Python list of nodes: free GPU count and model, nothing else (no pod constraints)."""
     rng = random.Random(42)
     node_objects = [make_node(i, rng) for i in range(node_count)]
-    [make_pod(i, rng, node=f"node-{rng.randrange(node_count):05d}") for i in range(bound)]  # same random stream
-    pending = [make_pod(bound + i, rng) for i in range(pod_count)]
+    [make_pod(i, rng, node=f"node-{rng.randrange(node_count):05d}", constrained=constrained)
+     for i in range(bound)]  # the same random stream
+    pending = [make_pod(bound + i, rng, constrained=constrained) for i in range(pod_count)]
     free = [8] * node_count
     models = [n["metadata"]["labels"]["gpu.nvidia.com/model"].lower() for n in node_objects]
     placed = 0
@@ -132,6 +145,9 @@ def main() -> int:
     parser.add_argument("--nodes", default="500,5000,15000", help="comma-separated cluster sizes")
     parser.add_argument("--pods", type=int, default=10000, help="GPU pods to schedule (default 10000)")
     parser.add_argument("--bound", type=int, default=1000, help="pods already placed (default 1000)")
+    parser.add_argument("--constrained", type=float, default=0.0,
+                        help="the fraction of pods (bound and pending) with required pod anti-affinity per node or a "
+                             "DoNotSchedule zone spread constraint, half each, by application (e.g. 0.3)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from tqdm import tqdm
@@ -139,8 +155,8 @@ def main() -> int:
     sizes = [int(s) for s in args.nodes.split(",")]
     results = {}
     for size in tqdm(sizes, desc="cluster sizes", disable=args.json):
-        results[size] = {"core": in_child(run_core, size, args.pods, args.bound),
-                         "baseline": in_child(run_baseline, size, args.pods, args.bound)}
+        results[size] = {"core": in_child(run_core, size, args.pods, args.bound, args.constrained),
+                         "baseline": in_child(run_baseline, size, args.pods, args.bound, args.constrained)}
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
