@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import orjson
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
 from urllib3.exceptions import HTTPError
@@ -265,11 +266,20 @@ class ClusterWatches:
         return down(self.reflectors, max_down)
 
 
+def _loads(text: bytes | str) -> Any:
+    """JSON, by orjson (several times faster than json: every pod update passes here), or by json for what
+    orjson refuses and json reads (integers past 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def parse_event(line: bytes | str) -> tuple[str, dict[str, Any]]:
     """(type, object) of one watch line; raises Expired or WatchError for an ERROR event, WatchError
     for anything that is not an event."""
     try:
-        event = json.loads(line)
+        event = _loads(line)
     except ValueError as err:
         raise WatchError(f"not a JSON watch event: {line[:200]!r}") from err
     kind = event.get("type") if isinstance(event, dict) else None

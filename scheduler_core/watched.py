@@ -251,6 +251,12 @@ class WatchedCluster:
         return change
 
     def _seen_bound(self, uid: str, obj: Mapping[str, Any]) -> Change:
+        current = self.cluster.assignments.get(uid)
+        if current is not None and uid not in self.pending and _unchanged(current.pod, obj):
+            # the common case, our binding confirmed or a placed pod's status updated: nothing to parse
+            self.assumed.pop(uid, None)
+            self._keep_warm_up(uid, obj)
+            return Change()
         facts = self.facts_of(obj)
         node = facts.node_name or ""
         change = Change()
@@ -272,13 +278,16 @@ class WatchedCluster:
             # a pod now on a node may be what a parked pod's pod affinity or topology spread waits for
             change.freed = self._release(uid) or self._awaiting_pods()
             self._place(uid, facts)
+        self._keep_warm_up(uid, obj)
+        return change
+
+    def _keep_warm_up(self, uid: str, obj: Mapping[str, Any]) -> None:
         if self.warm_up:
             candidate = warmup.Candidate.of(obj)
             if candidate.initial_cost is not None:
                 self.warm[uid] = candidate
             else:
                 self.warm.pop(uid, None)
-        return change
 
     def _delete(self, uid: str) -> Change:
         change = Change(freed=self._release(uid))
@@ -448,6 +457,15 @@ def _describe(obj: Any) -> str:
 
 def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
     return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
+
+
+def _unchanged(placed: pods.PodFacts, obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is still the pod accounted as `placed`, on the same node, as the plugins that select
+    pods by label count it (read without parsing the whole pod: most updates of placed pods are status)."""
+    metadata = obj.get("metadata") or {}
+    return ((obj.get("spec") or {}).get("nodeName") == placed.node_name
+            and fields.strings(metadata.get("labels")) == placed.labels
+            and (metadata.get("deletionTimestamp") is not None) == placed.terminating)
 
 
 def _counted_as(facts: pods.PodFacts) -> tuple[object, ...]:

@@ -57,7 +57,8 @@ class LiveScheduler:
         self.warming: dict[str, float] = {}
         self.promotions_per_second = promotions_per_second
         self.binder = ThreadPoolExecutor(binder_threads, thread_name_prefix="binder")
-        # Events and status reports go through their own small pool, so they never hold up a binding.
+        # Events, status reports and device records go through their own small pool, so they never hold up
+        # a binding, and at most two at a time compete with the bindings for the apiserver.
         self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
         self.stopped = threading.Event()
         self.alive = threading.Event()
@@ -222,8 +223,11 @@ class LiveScheduler:
         failure, with what the API says of the pod now (read here, so the loop never waits on the API).
 
         The devices travel on the Binding (see gpu_scheduler.runtime.binding): one call, and no pod is
-        ever bound without its devices, so a restart restores them from the pod. Once the loop has heard,
-        the devices are recorded where tenants cannot rewrite them (a status condition).
+        ever bound without its devices, so a restart restores them from the pod. Then the devices are
+        recorded where tenants cannot rewrite them (a status condition), by the reporter pool with the
+        Scheduled event: its two threads keep these writes from crowding the apiserver during a burst, as
+        kube-scheduler's single event sink does. Until its record lands, a pod is still told apart from a
+        tenant's edit by its managed fields (scheduler_core.watched).
         """
         try:
             binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
@@ -235,8 +239,8 @@ class LiveScheduler:
         self.reporter.submit(self._record_event, pending, "Normal", "Scheduled",
                              f"Successfully assigned {pending.key} to {decision.node}")
         if decision.devices:
-            binding.record_devices(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
-                                   devices=decision.devices)
+            self.reporter.submit(binding.record_devices, self.api, namespace=pending.namespace, name=pending.name,
+                                 uid=pending.uid, devices=decision.devices)
 
     def _read(self, pending: watched.PendingPod) -> Any:
         """The pod as the API has it (None: not found), or UNREAD when the API cannot be asked."""
