@@ -46,10 +46,32 @@ def create_nodes(api: Any, count: int) -> None:
                       range(count)))
 
 
-def create_pods(core: Any, namespace: str, count: int, scheduler_name: str) -> float:
-    body = lambda i: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}"}, "spec": {  # noqa: E731
-        "schedulerName": scheduler_name, "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
-                                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+GROUP = 3  # pods per application group in the constraint workloads
+WORKLOADS = ("basic", "anti-affinity", "affinity", "spread", "preferred-spread")
+
+
+def pod_body(i: int, scheduler_name: str, workload: str) -> dict[str, Any]:
+    """One one-GPU pod; in the constraint workloads (after upstream scheduler_perf's SchedulingPodAntiAffinity,
+    SchedulingPodAffinity, TopologySpreading, PreferredTopologySpreading) it belongs to a group of GROUP pods
+    that wants one pod per node, one zone, or an even spread over the zones."""
+    spec: dict[str, Any] = {"schedulerName": scheduler_name, "containers": [{
+        "name": "main", "image": "registry.invalid/cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    group = {"app": f"g{i // GROUP}"}
+    if workload == "anti-affinity":
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": group}, "topologyKey": "kubernetes.io/hostname"}]}}
+    elif workload == "affinity":
+        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": group}, "topologyKey": "topology.kubernetes.io/zone"}]}}
+    elif workload in ("spread", "preferred-spread"):
+        spec["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": group},
+            "whenUnsatisfiable": "DoNotSchedule" if workload == "spread" else "ScheduleAnyway"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}", "labels": group}, "spec": spec}
+
+
+def create_pods(core: Any, namespace: str, count: int, scheduler_name: str, workload: str = "basic") -> float:
+    body = lambda i: pod_body(i, scheduler_name, workload)  # noqa: E731
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=32) as pool:
         list(pool.map(lambda i: core.create_namespaced_pod(namespace, body(i)), range(count)))
@@ -88,14 +110,14 @@ def wait_bound(core: Any, namespace: str, count: int, timeout: float, progress: 
 
 
 def run_way(name: str, plane: cp.ControlPlane, api: Any, pods: int, work: Path, start: Any, scheduler_name: str,
-            timeout: float) -> dict[str, float]:
+            timeout: float, workload: str = "basic") -> dict[str, float]:
     from kubernetes import client
     from tqdm import tqdm
 
     core: Any = client.CoreV1Api(api)
     namespace = f"bench-{name}"
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    create_rate = create_pods(core, namespace, pods, scheduler_name)
+    create_rate = create_pods(core, namespace, pods, scheduler_name, workload)
     stop = start()
     try:
         with tqdm(total=pods, desc=name, unit="pod") as progress:
@@ -117,6 +139,9 @@ def main() -> int:
     parser.add_argument("--verbs", default="filter,prioritize,bind",
                         help="the extender verbs kube-scheduler calls in c and t (without bind, it binds itself): "
                              "shows what each round trip costs")
+    parser.add_argument("--workload", choices=WORKLOADS, default="basic",
+                        help=f"the pods' constraints: none, or groups of {GROUP} with required anti-affinity per node, "
+                             "required affinity to their zone, a DoNotSchedule or a ScheduleAnyway zone spread")
     parser.add_argument("--rounds", type=int, default=3,
                         help="run the ways this many times, alternating their order; figures are medians")
     parser.add_argument("--json", action="store_true")
@@ -182,21 +207,21 @@ def main() -> int:
                 name, label, start, scheduler_name = runs[way]
                 results.setdefault(name, []).append(run_way(f"{label}-r{round_number}", plane,
                                                             api, args.pods, work, start, scheduler_name,
-                                                            args.timeout))
+                                                            args.timeout, args.workload))
             print(f"round {round_number}: " + ", ".join(f"{name} {rounds[-1]['pods_per_s']:.0f}"
                                                         for name, rounds in results.items())
                   + " pods/s" + "".join(f"; {ratio} {values[-1]:.2f}" for ratio, values in _ratios(results).items()),
                   file=sys.stderr if args.json else sys.stdout, flush=True)
     ratios = _ratios(results)
-    summary: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds,
-                               "extender_verbs": args.verbs}
+    summary: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "workload": args.workload,
+                               "rounds": args.rounds, "extender_verbs": args.verbs}
     for ratio, values in ratios.items():
         summary[ratio] = statistics.median(values)
         summary[f"{ratio} rounds"] = values
     if args.json:
         print(json.dumps({"results": results, "summary": summary}, indent=2))
         return 0
-    print(f"\n{args.nodes} nodes, {args.pods} one-GPU pods, created before the scheduler starts; "
+    print(f"\n{args.nodes} nodes, {args.pods} one-GPU pods ({args.workload}), created before the scheduler starts; "
           f"medians of {args.rounds} round(s), the ways alternating in order")
     print(f"{'way':<26}{'pods/s':>9}{'incl. start-up':>16}{'seconds':>9}   pods/s per round")
     for name, rounds in results.items():
