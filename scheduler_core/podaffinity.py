@@ -16,7 +16,6 @@ terms they carry, so a decision looks at groups of alike pods and never at every
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

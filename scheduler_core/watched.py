@@ -252,7 +252,7 @@ class WatchedCluster:
 
     def _seen_bound(self, uid: str, obj: Mapping[str, Any]) -> Change:
         current = self.cluster.assignments.get(uid)
-        if current is not None and uid not in self.pending and _unchanged(current.pod, obj):
+        if current is not None and uid not in self.pending and _seen_as(obj) == _counted_as(current.pod):
             # the common case, our binding confirmed or a placed pod's status updated: nothing to parse
             self.assumed.pop(uid, None)
             self._keep_warm_up(uid, obj)
@@ -263,7 +263,6 @@ class WatchedCluster:
         if self.pending.pop(uid, None) is not None:
             change.settled.add(uid)
         self.assumed.pop(uid, None)  # the watch confirms it: no longer ours to forget
-        current = self.cluster.assignments.get(uid)
         orphan = self.orphans.get(uid)
         if current is not None and self.cluster.node(current.node).name == node:
             # accounted there already, and the devices our decision chose stand; new labels, or its deletion
@@ -459,18 +458,17 @@ def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
     return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
 
 
-def _unchanged(placed: pods.PodFacts, obj: Mapping[str, Any]) -> bool:
-    """Whether `obj` is still the pod accounted as `placed`, on the same node, as the plugins that select
-    pods by label count it (read without parsing the whole pod: most updates of placed pods are status)."""
-    metadata = obj.get("metadata") or {}
-    return ((obj.get("spec") or {}).get("nodeName") == placed.node_name
-            and fields.strings(metadata.get("labels")) == placed.labels
-            and (metadata.get("deletionTimestamp") is not None) == placed.terminating)
-
-
 def _counted_as(facts: pods.PodFacts) -> tuple[object, ...]:
-    """What of a placed pod the plugins that select pods by label read, and a watch update may change."""
-    return facts.labels, facts.terminating
+    """Where a placed pod is, and what of it the plugins that select pods by label read: what a watch update
+    may change."""
+    return facts.node_name, facts.labels, facts.terminating
+
+
+def _seen_as(obj: Mapping[str, Any]) -> tuple[object, ...]:
+    """`_counted_as` read from the pod itself, without parsing it all: most updates of placed pods are status."""
+    metadata = obj.get("metadata") or {}
+    return (obj.get("spec") or {}).get("nodeName"), fields.strings(metadata.get("labels")), \
+        metadata.get("deletionTimestamp") is not None
 
 
 def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:

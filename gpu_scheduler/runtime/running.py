@@ -28,7 +28,7 @@ from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import binding, events, metrics
-from scheduler_core import framework, pods, queueing, warmup, watched
+from scheduler_core import framework, queueing, warmup, watched
 from webhook import config
 
 log = logging.getLogger(__name__)

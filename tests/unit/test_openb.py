@@ -7,7 +7,6 @@ import csv
 import json
 import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,6 @@
 """`gpu-scheduler simulate`: the bundled example, input formats, and the JSON contract of ARCHITECTURE.md."""
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
