@@ -172,8 +172,8 @@ class Framework:
                  ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, float]]:
         """Filter and score only `node_names`, as kube-scheduler asks an extender about its candidates.
 
-        PodFacts.unsupported does not matter here, nor do the filters in plugins.KUBE_SCHEDULER_FILTERS:
-        kube-scheduler has evaluated those constraints itself.
+        PodFacts.unsupported does not matter here, nor do the filters in plugins.KUBE_SCHEDULER_FILTERS and
+        the scores in plugins.KUBE_SCHEDULER_SCORES: kube-scheduler has evaluated those itself.
 
         Returns the feasible names (input order, duplicates dropped); for each rejected node the
         first filter that rejects it and that filter's reasons for it, joined with ", "; and for
@@ -209,7 +209,9 @@ class Framework:
             return feasible, failed, {}
         total = np.zeros(feasible_rows.size)
         weights = 0
-        for _, plugin, weight in self.scores:
+        for name, plugin, weight in self.scores:
+            if name in plugins.KUBE_SCHEDULER_SCORES:
+                continue
             total += weight * plugin(cycle, feasible_rows)
             weights += weight
         average = total / weights if weights else total

@@ -485,5 +485,10 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "inter-pod-affinity": inter_pod_affinity_preference,
     "pod-topology-spread": pod_topology_spread_preference,
 }
+# Scores the extender leaves out: kube-scheduler's own plugins of the same names (NodeResourcesBalancedAllocation,
+# ImageLocality, NodeAffinity, TaintToleration, InterPodAffinity, PodTopologySpread) already score its candidates,
+# and adding ours to its sum would count each preference twice.
+KUBE_SCHEDULER_SCORES = frozenset({"balanced-allocation", "image-locality", "node-affinity", "taint-toleration",
+                                   "inter-pod-affinity", "pod-topology-spread"})
 
 assert MILLI == GPU_MILLI  # requests and devices share one unit

@@ -646,3 +646,14 @@ def test_a_watch_down_longer_than_a_minute_fails_readiness_and_health():
         assert response.status_code in (500, 503) and response.get_json()["error"] == "Nodes: watch down for 90 s"
     nodes._down_since = None
     assert client.get("/readyz").status_code == 200 and client.get("/healthz").status_code == 200
+
+
+def test_prioritize_leaves_out_the_preferences_kube_scheduler_scores_itself():
+    """kube-scheduler's NodeAffinity plugin already scores a preferred node affinity; the extender adding its own
+    node-affinity score would count that preference twice."""
+    _, _, client = make()
+    pod_obj = gpu_pod("p", gpus=1, model="A100")
+    pod_obj["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": {"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}}]}}
+    assert scores(client, pod_obj, ["a100-1", "a100-2"]) == {"a100-1": 10, "a100-2": 10}
