@@ -288,22 +288,33 @@ class Cluster:
         self.node_pods[row].discard(key)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
-        self.pod_index.remove(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
-        if pod.app:
-            self.app_on_node[pod.app][row] -= 1
-            if self.zone[row] >= 0:
-                self.app_in_zone[pod.app][int(self.zone[row])] -= 1
+        self._count_labels(row, pod, sign=-1)
         return assignment
 
-    def relabel(self, key: str, pod: PodFacts) -> bool:
-        """A placed pod's labels changed, or its deletion began (a watch update): count it anew where it is, on
-        the devices it holds, for the plugins that select pods by label. Whether it is placed."""
+    def relabel(self, key: str, *, labels: Mapping[str, str], app: str | None, terminating: bool) -> bool:
+        """A placed pod's labels changed (the apiserver adds its node's topology labels at binding), or its
+        deletion began: count it anew for the plugins that select pods by label. Its requests and devices stay
+        as they are, and so do the rows' versions the score caches key on. Whether it is placed."""
         assignment = self.assignments.get(key)
         if assignment is None:
             return False
-        changed = replace(assignment.pod, labels=pod.labels, app=pod.app, terminating=pod.terminating)
-        self._account(changed, assignment.node, assignment.devices)
+        row = assignment.node
+        self._count_labels(row, assignment.pod, sign=-1)
+        changed = replace(assignment.pod, labels=labels, app=app, terminating=terminating)
+        self.assignments[key] = Assignment(changed, row, assignment.devices)
+        self._count_labels(row, changed, sign=1)
         return True
+
+    def _count_labels(self, row: int, pod: PodFacts, *, sign: int) -> None:
+        """What the pod-selecting plugins (affinity, spread, locality) count of a placed pod."""
+        if sign > 0:
+            self.pod_index.add(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
+        else:
+            self.pod_index.remove(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
+        if pod.app:
+            self.app_on_node[pod.app][row] += sign
+            if self.zone[row] >= 0:
+                self.app_in_zone[pod.app][int(self.zone[row])] += sign
 
     def _account(self, pod: PodFacts, row: int, devices: tuple[Device, ...]) -> None:
         self.unassign(pod.identity)
@@ -313,11 +324,7 @@ class Cluster:
         self.node_pods[row].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
-        self.pod_index.add(pod.namespace, pod.labels, pod.pod_affinity, row, terminating=pod.terminating)
-        if pod.app:
-            self.app_on_node[pod.app][row] += 1
-            if self.zone[row] >= 0:
-                self.app_in_zone[pod.app][int(self.zone[row])] += 1
+        self._count_labels(row, pod, sign=1)
 
     def _add_requests(self, row: int, pod: PodFacts, sign: int) -> None:
         self.row_version[row] += 1

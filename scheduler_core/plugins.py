@@ -205,7 +205,7 @@ def inter_pod_affinity(cycle: Cycle) -> Failures:
     neither the pod nor any placed pod has such terms."""
     cluster, terms = cycle.cluster, cycle.pod.pod_affinity
     index = cluster.pod_index
-    if (terms is None or not (terms.required or terms.anti_required)) and not index.with_anti_affinity:
+    if (terms is None or not (terms.required or terms.anti_required)) and not index.anti_terms:
         return []
     if cluster.namespace_labels is None and _reads_namespace_labels(terms, index):
         return [(np.ones(cycle.rows, dtype=bool), NAMESPACES_UNKNOWN)]
@@ -216,8 +216,7 @@ def inter_pod_affinity(cycle: Cycle) -> Failures:
 def _reads_namespace_labels(terms: podaffinity.PodAffinity | None, index: podaffinity.PodIndex) -> bool:
     """Whether the pod's required terms, or placed pods' required anti-affinity, select namespaces by label."""
     own = terms.required + terms.anti_required if terms is not None else ()
-    placed = (term for placed in index.with_anti_affinity for term in placed.anti_required)
-    return any(term.reads_namespace_labels for term in (*own, *placed))
+    return index.anti_terms.reading_namespace_labels > 0 or any(term.reads_namespace_labels for term in own)
 
 
 def _incoming(cycle: Cycle) -> podaffinity.Incoming:
@@ -457,7 +456,7 @@ def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """InterPodAffinity's score: the pod's preferred (anti-)affinity, and placed pods' affinity towards it,
     summed per topology domain and normalised from the lowest candidate (0) to the highest (100)."""
     terms, index = cycle.pod.pod_affinity, cycle.cluster.pod_index
-    if (terms is None or not (terms.preferred or terms.anti_preferred)) and not index.with_affinity:
+    if (terms is None or not (terms.preferred or terms.anti_preferred)) and not index.scoring_terms:
         return np.zeros(rows.size)
     totals = podaffinity.preference_totals(index, _incoming(cycle), _domains(cycle), cycle.rows)
     return podaffinity.normalized(totals[rows])

@@ -222,17 +222,81 @@ class LabelGroup:
     rows: Counter[int] = field(default_factory=Counter)
 
 
+def anchor(selectors: Iterable[Selector]) -> tuple[tuple[str, str], ...] | None:
+    """The (key, value) label pairs of which a pod must carry one for every one of `selectors` to select it,
+    read from their first `In` requirement; None when no requirement narrows it so (any pod may match)."""
+    for selector in selectors:
+        for requirement in selector or ():
+            if requirement.operator == "In":
+                return tuple((requirement.key, value) for value in requirement.values)
+    return None
+
+
+class PlacedTerms:
+    """Terms of pods on nodes, each with a weight and the rows of the pods that carry it, found by the labels
+    an incoming pod must have to match them: a decision looks only at the terms that may select the pod, not
+    at every placed pod's terms (a thousand replica groups, each hating its own, are a thousand terms)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[AffinityTerm, int], Counter[int]] = {}
+        self._by_pair: dict[tuple[str, str], set[tuple[AffinityTerm, int]]] = {}
+        self._unanchored: set[tuple[AffinityTerm, int]] = set()
+        self.reading_namespace_labels = 0  # terms whose namespaceSelector reads namespace labels
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def add(self, term: AffinityTerm, weight: int, row: int) -> None:
+        key = (term, weight)
+        rows = self.rows.get(key)
+        if rows is None:
+            rows = self.rows[key] = Counter()
+            self._file(key, add=True)
+        rows[row] += 1
+
+    def remove(self, term: AffinityTerm, weight: int, row: int) -> None:
+        key = (term, weight)
+        if key in self.rows and _take(self.rows[key], row):
+            del self.rows[key]
+            self._file(key, add=False)
+
+    def _file(self, key: tuple[AffinityTerm, int], *, add: bool) -> None:
+        term = key[0]
+        self.reading_namespace_labels += (1 if add else -1) * term.reads_namespace_labels
+        pairs = anchor([term.selector]) if term.selector is not None else ()
+        places = [self._unanchored] if pairs is None else [self._by_pair.setdefault(pair, set()) for pair in pairs]
+        for place in places:
+            if add:
+                place.add(key)
+            else:
+                place.discard(key)
+        if not add:
+            for pair in pairs or ():
+                if not self._by_pair.get(pair, True):
+                    del self._by_pair[pair]
+
+    def candidates(self, labels: Mapping[str, str]) -> set[tuple[AffinityTerm, int]]:
+        """The (term, weight) entries that may select a pod with `labels`: a superset; match each to be sure."""
+        found = set(self._unanchored)
+        for pair in labels.items():
+            found.update(self._by_pair.get(pair, ()))
+        return found
+
+
 class PodIndex:
     """The pods on nodes (assumed or bound, of any scheduler) as inter-pod affinity and topology spread look at
-    them: by namespace and labels, and, for the few that carry terms, by their terms (upstream's PodsWithAffinity
-    and PodsWithRequiredAntiAffinity). The cluster model adds and removes each pod as it accounts it."""
+    them: by namespace and labels, and the terms they carry (upstream's PodsWithAffinity and
+    PodsWithRequiredAntiAffinity): their required anti-affinity, which filters, and the terms that score (required
+    affinity at hardPodAffinityWeight, preferred affinity, preferred anti-affinity negative). The cluster model
+    adds and removes each pod as it accounts it."""
 
     def __init__(self) -> None:
         self.groups: dict[str, dict[tuple[Any, ...], LabelGroup]] = {}
-        self.with_affinity: dict[PodAffinity, Counter[int]] = {}
-        self.with_anti_affinity: dict[PodAffinity, Counter[int]] = {}
+        self.anti_terms = PlacedTerms()
+        self.scoring_terms = PlacedTerms()
         self.version = 0  # bumped when a group appears or goes: the selections cached below key on it
         self._selected: dict[Any, tuple[int, list[LabelGroup]]] = {}
+        self._by_pair: dict[str, dict[tuple[str, str], dict[tuple[Any, ...], LabelGroup]]] = {}
 
     def add(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int, *,
             terminating: bool = False) -> None:
@@ -241,12 +305,16 @@ class PodIndex:
         group = by_labels.get(key)
         if group is None:
             group = by_labels[key] = LabelGroup(namespace, dict(labels), terminating)
+            pairs = self._by_pair.setdefault(namespace, {})
+            for pair in key[0]:
+                pairs.setdefault(pair, {})[key] = group
             self.version += 1
         group.rows[row] += 1
         if terms is not None:
-            self.with_affinity.setdefault(terms, Counter())[row] += 1
-            if terms.anti_required:
-                self.with_anti_affinity.setdefault(terms, Counter())[row] += 1
+            for term in terms.anti_required:
+                self.anti_terms.add(term, 1, row)
+            for term, weight in _weighted_terms(terms):
+                self.scoring_terms.add(term, weight, row)
 
     def remove(self, namespace: str, labels: Mapping[str, str], terms: PodAffinity | None, row: int, *,
                terminating: bool = False) -> None:
@@ -255,13 +323,20 @@ class PodIndex:
         group = by_labels.get(key)
         if group is not None and _take(group.rows, row):
             del by_labels[key]
+            pairs = self._by_pair[namespace]
+            for pair in key[0]:
+                del pairs[pair][key]
+                if not pairs[pair]:
+                    del pairs[pair]
             if not by_labels:
                 del self.groups[namespace]
+                del self._by_pair[namespace]
             self.version += 1
         if terms is not None:
-            for kept in (self.with_affinity, self.with_anti_affinity):
-                if terms in kept and _take(kept[terms], row):
-                    del kept[terms]
+            for term in terms.anti_required:
+                self.anti_terms.remove(term, 1, row)
+            for term, weight in _weighted_terms(terms):
+                self.scoring_terms.remove(term, weight, row)
 
     def select(self, terms: Sequence[AffinityTerm]) -> list[LabelGroup]:
         """The groups of pods every one of `terms` matches, for terms of the incoming pod (resolved: no
@@ -281,16 +356,22 @@ class PodIndex:
                 if not group.terminating]
 
     def _matching(self, key: Any, namespaces: frozenset[str] | None, selectors: list[Selector]) -> list[LabelGroup]:
-        """The groups in `namespaces` (None: all) whose labels every one of `selectors` selects, cached per version."""
+        """The groups in `namespaces` (None: all) whose labels every one of `selectors` selects, cached per version;
+        where a selector requires a label value, only the groups with one of its values are looked at."""
         cached = self._selected.get(key)
         if cached is not None and cached[0] == self.version:
             return cached[1]
         if len(self._selected) > 1024:
             self._selected.clear()
+        pairs = anchor(selectors)
         found: list[LabelGroup] = []
         for name in self.groups.keys() if namespaces is None else namespaces:
-            found.extend(group for group in self.groups.get(name, {}).values()
-                         if all(selects(selector, group.labels) for selector in selectors))
+            if pairs is None:
+                looked_at: Iterable[LabelGroup] = self.groups.get(name, {}).values()
+            else:
+                by_pair = self._by_pair.get(name, {})
+                looked_at = {id(group): group for pair in pairs for group in by_pair.get(pair, {}).values()}.values()
+            found.extend(group for group in looked_at if all(selects(selector, group.labels) for selector in selectors))
         self._selected[key] = (self.version, found)
         return found
 
@@ -371,10 +452,9 @@ def required_failures(index: PodIndex, pod: Incoming, domains: Callable[[str], D
         anti |= (matched > 0)[found.ids][:rows]
     existing = np.zeros(rows, dtype=bool)
     hated: dict[str, list[Counter[int]]] = {}
-    for placed, on_rows in index.with_anti_affinity.items():
-        for term in placed.anti_required:
-            if term.matches(pod.namespace, pod.labels, pod.namespace_labels):
-                hated.setdefault(term.topology_key, []).append(on_rows)
+    for term, weight in index.anti_terms.candidates(pod.labels):
+        if term.matches(pod.namespace, pod.labels, pod.namespace_labels):
+            hated.setdefault(term.topology_key, []).append(index.anti_terms.rows[term, weight])
     for key, groups in hated.items():
         found = domains(key)
         existing |= (found.per_domain(*rows_of(groups)) > 0)[found.ids][:rows]
@@ -410,10 +490,9 @@ def preference_totals(index: PodIndex, pod: Incoming, domains: Callable[[str], D
         for weighted in weighted_terms:
             selected = [group.rows for group in index.select([weighted.term])]
             parts.setdefault(weighted.term.topology_key, []).append((selected, sign * weighted.weight))
-    for placed, on_rows in index.with_affinity.items():
-        for term, weight in _weighted_terms(placed):
-            if term.matches(pod.namespace, pod.labels, pod.namespace_labels):
-                parts.setdefault(term.topology_key, []).append(([on_rows], weight))
+    for term, weight in index.scoring_terms.candidates(pod.labels):
+        if term.matches(pod.namespace, pod.labels, pod.namespace_labels):
+            parts.setdefault(term.topology_key, []).append(([index.scoring_terms.rows[term, weight]], weight))
     totals = np.zeros(rows, dtype=np.int64)
     for key, contributions in parts.items():
         found = domains(key)

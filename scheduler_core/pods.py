@@ -113,6 +113,11 @@ def key_of(pod: Mapping[str, Any]) -> str:
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or metadata.get('generateName') or ''}"
 
 
+def app_of(labels: Mapping[str, str], locality_labels: tuple[str, ...]) -> str | None:
+    """The application a pod belongs to, for the locality score: the first of `locality_labels` it sets."""
+    return next((labels[k] for k in locality_labels if labels.get(k)), None)
+
+
 def parse(
     pod: Mapping[str, Any],
     *,
@@ -170,7 +175,7 @@ def parse(
         preferred_problem=preferred_problem,
         spot=_spot(annotations.get(SPOT_ANNOTATION), problems),
         host_ports=_host_ports(spec, problems),
-        app=next((labels[k] for k in locality_labels if labels.get(k)), None),
+        app=app_of(labels, locality_labels),
         devices=devices,
         devices_from=devices_from,
         devices_problem=devices_problem,

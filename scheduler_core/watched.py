@@ -252,11 +252,19 @@ class WatchedCluster:
 
     def _seen_bound(self, uid: str, obj: Mapping[str, Any]) -> Change:
         current = self.cluster.assignments.get(uid)
-        if current is not None and uid not in self.pending and _seen_as(obj) == _counted_as(current.pod):
-            # the common case, our binding confirmed or a placed pod's status updated: nothing to parse
-            self.assumed.pop(uid, None)
-            self._keep_warm_up(uid, obj)
-            return Change()
+        if current is not None and uid not in self.pending:
+            seen = _seen_as(obj)
+            if seen[0] == current.pod.node_name:
+                # the common case, our binding confirmed (with the node's topology labels the apiserver adds) or
+                # a placed pod's status updated: nothing to parse
+                self.assumed.pop(uid, None)
+                self._keep_warm_up(uid, obj)
+                if seen == _counted_as(current.pod):
+                    return Change()
+                _, labels, terminating = seen
+                return Change(freed=self.cluster.relabel(
+                    uid, labels=labels, app=pods.app_of(labels, self.scheduling.locality_labels),
+                    terminating=terminating))
         facts = self.facts_of(obj)
         node = facts.node_name or ""
         change = Change()
@@ -268,7 +276,8 @@ class WatchedCluster:
             # accounted there already, and the devices our decision chose stand; new labels, or its deletion
             # begun, change what topology spread and pod affinity count
             if _counted_as(current.pod) != _counted_as(facts):
-                change.freed = self.cluster.relabel(uid, facts)
+                change.freed = self.cluster.relabel(uid, labels=facts.labels, app=facts.app,
+                                                    terminating=facts.terminating)
         elif current is None and orphan is not None and orphan.node_name == node:
             # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
             self.orphans[uid] = dataclasses.replace(orphan, labels=facts.labels, app=facts.app,
@@ -458,13 +467,13 @@ def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
     return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
 
 
-def _counted_as(facts: pods.PodFacts) -> tuple[object, ...]:
+def _counted_as(facts: pods.PodFacts) -> tuple[str | None, Mapping[str, str], bool]:
     """Where a placed pod is, and what of it the plugins that select pods by label read: what a watch update
     may change."""
     return facts.node_name, facts.labels, facts.terminating
 
 
-def _seen_as(obj: Mapping[str, Any]) -> tuple[object, ...]:
+def _seen_as(obj: Mapping[str, Any]) -> tuple[str | None, Mapping[str, str], bool]:
     """`_counted_as` read from the pod itself, without parsing it all: most updates of placed pods are status."""
     metadata = obj.get("metadata") or {}
     return (obj.get("spec") or {}).get("nodeName"), fields.strings(metadata.get("labels")), \

@@ -470,8 +470,10 @@ def index_contents(index: podaffinity.PodIndex) -> tuple[Any, ...]:
     """What the pod index holds, without the order things came in."""
     groups = {(namespace, key): dict(group.rows) for namespace, by_labels in index.groups.items()
               for key, group in by_labels.items()}
-    return groups, {terms: dict(rows) for terms, rows in index.with_affinity.items()}, {
-        terms: dict(rows) for terms, rows in index.with_anti_affinity.items()}
+    placed = [{key: dict(rows) for key, rows in kept.rows.items()} for kept in (index.scoring_terms, index.anti_terms)]
+    pairs = {(namespace, pair): set(found) for namespace, by_pair in index._by_pair.items()
+             for pair, found in by_pair.items()}
+    return groups, *placed, pairs
 
 
 @settings(max_examples=200, deadline=None)
@@ -493,5 +495,5 @@ def test_the_model_stays_whole_under_any_bound_pods(data, steps):
     for key in list(c.assignments):
         c.unassign(key)
     assert not c.used.any() and not c.gpu_used.any()
-    assert index_contents(c.pod_index) == ({}, {}, {})
+    assert index_contents(c.pod_index) == ({}, {}, {}, {})
     assert all(list(c.gpu_free[row, : c.gpu_count[row]]) == [1000] * int(c.gpu_count[row]) for row in c.index.values())

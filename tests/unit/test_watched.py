@@ -280,18 +280,19 @@ def test_an_object_the_parsers_choke_on_is_counted_and_the_rest_is_taken(monkeyp
 
 def test_a_relist_with_unreadable_items_takes_the_rest_and_forgets_no_pod_it_lists(monkeypatch):
     found = model(node("a", gpus=2))
-    first = incarnation("first", "uid-1", gpus=1, node_name="a")
+    first = incarnation("first", "uid-1", gpus=1)
     second = incarnation("second", "uid-2", gpus=1, node_name="a")
     found.pods_relisted([first, second], now=NOW)
     choke_on(monkeypatch, "first")
-    relabelled = incarnation("first", "uid-1", gpus=1, node_name="a", labels={"tier": "new"})  # must be parsed again
+    relabelled = incarnation("first", "uid-1", gpus=1, labels={"tier": "new"})  # pending: parsed again
     found.pods_relisted(["not an object", {"metadata": ["nor this"]}, relabelled, second], now=NOW)
-    assert found.rejected == {"Pod": 3} and used(found, "a") == [1000, 1000]
+    assert found.rejected == {"Pod": 3} and "uid-1" in found.pending and used(found, "a") == [1000, 0]
 
 
-def test_a_status_update_of_a_placed_pod_is_not_parsed_again_but_a_relabelling_is(monkeypatch):
-    """Every binding and every status write of a placed pod comes back as a watch event: parsing each again
-    was a sixth of the loop's time. Only what could change the model (node, labels, deletion) is read."""
+def test_a_status_update_or_a_relabelling_of_a_placed_pod_is_not_parsed_again(monkeypatch):
+    """Every binding and every status write of a placed pod comes back as a watch event, and the apiserver adds
+    the node's topology labels at binding: parsing each again was a sixth of the loop's time. Only what could
+    change the model (node, labels, deletion) is read, and new labels are counted without a parse."""
     found = model(node("a", gpus=2), warm_up=True)
     placed = incarnation("p", "uid-p", gpus=1, node_name="a", labels={"app": "web"})
     found.pod_event("ADDED", placed, now=NOW)
@@ -299,8 +300,14 @@ def test_a_status_update_of_a_placed_pod_is_not_parsed_again_but_a_relabelling_i
     running = {**placed, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
     assert found.pod_event("MODIFIED", running, now=NOW) == watched.Change()
     assert found.rejected == {} and used(found, "a") == [1000, 0]
-    found.pod_event("MODIFIED", incarnation("p", "uid-p", gpus=1, node_name="a", labels={"app": "db"}), now=NOW)
-    assert found.rejected == {"Pod": 1}  # a new label is read: it may change what pod affinity counts
+    relabelled = incarnation("p", "uid-p", gpus=1, node_name="a",
+                             labels={"app": "db", "topology.kubernetes.io/zone": "z1"})
+    assert found.pod_event("MODIFIED", relabelled, now=NOW) == watched.Change(freed=True)
+    placed_facts = found.cluster.assignments["uid-p"].pod
+    assert found.rejected == {} and used(found, "a") == [1000, 0]
+    assert placed_facts.labels == {"app": "db", "topology.kubernetes.io/zone": "z1"} and placed_facts.app == "db"
+    assert [(dict(group.labels), dict(group.rows)) for group in found.cluster.pod_index.groups["ns"].values()] == [
+        ({"app": "db", "topology.kubernetes.io/zone": "z1"}, {0: 1})]
 
 
 def test_recorded_devices_that_do_not_match_the_request_are_logged_with_what_was_used(caplog):
@@ -458,13 +465,13 @@ def test_a_pod_that_goes_takes_its_terms_out_of_the_index():
     found = model(node("a"), node("b"))
     found.pods_relisted([replica(0, node_name="a"), replica(1, node_name="b")], now=NOW)
     index = found.cluster.pod_index
-    assert sum(sum(rows.values()) for rows in index.with_anti_affinity.values()) == 2
+    assert sum(sum(rows.values()) for rows in index.anti_terms.rows.values()) == 2
     assert framework.Framework(found.cluster).decide(pods.parse(replica(2))).node is None
     found.pod_event("DELETED", replica(0, node_name="a"), now=NOW)
-    assert [dict(rows) for rows in index.with_anti_affinity.values()] == [{found.cluster.index["b"]: 1}]
+    assert [dict(rows) for rows in index.anti_terms.rows.values()] == [{found.cluster.index["b"]: 1}]
     assert framework.Framework(found.cluster).decide(pods.parse(replica(2))).node == "a"
     found.pod_event("DELETED", replica(1, node_name="b"), now=NOW)
-    assert index.with_anti_affinity == {} and index.with_affinity == {} and index.groups == {}
+    assert index.anti_terms.rows == {} and index.scoring_terms.rows == {} and index.groups == {}
 
 
 def test_a_forgotten_assumption_and_a_deleted_node_take_their_pods_out_of_the_index():
@@ -474,9 +481,9 @@ def test_a_forgotten_assumption_and_a_deleted_node_take_their_pods_out_of_the_in
     found.forget("uid-0")
     found.node_event("DELETED", node("b"), now=NOW)
     index = found.cluster.pod_index
-    assert index.with_anti_affinity == {} and index.groups == {}
+    assert index.anti_terms.rows == {} and index.groups == {}
     found.node_event("ADDED", node("b"), now=NOW)  # the orphan is accounted again with its node
-    assert list(index.with_anti_affinity.values()) == [{found.cluster.index["b"]: 1}]
+    assert list(index.anti_terms.rows.values()) == [{found.cluster.index["b"]: 1}]
 
 
 def test_a_pod_whose_terms_select_namespaces_by_label_waits_for_the_namespaces():
