@@ -26,6 +26,7 @@ accepted. `down_for()` says how long the watch has not been established, for hea
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -224,11 +225,13 @@ def down(reflectors: Iterable[Reflector], max_down: float = MAX_DOWN_SECONDS) ->
 
 class ClusterWatches:
     """The Node, Pod and Namespace watches both scheduler modes keep their model by (pods that still hold
-    resources; namespaces for the labels that pod affinity's namespaceSelector reads).
+    resources; namespaces for the labels that pod affinity's namespaceSelector reads), and for `run` the Service,
+    ReplicationController, ReplicaSet and StatefulSet watches (their selectors, for system default spreading; the
+    extender leaves spreading to kube-scheduler).
 
     Deciding waits for the reflectors named in `waits_for` (all by default; Nodes and Pods from `of_cluster`):
     until the Namespaces have listed, the model itself holds back only the pods whose terms read namespace
-    labels. Every watch counts for health."""
+    labels, and until the selectors' kinds have, it spreads no pod by default. Every watch counts for health."""
 
     def __init__(self, reflectors: list[Reflector], *, waits_for: frozenset[str] | None = None):
         self.reflectors = reflectors
@@ -237,15 +240,27 @@ class ClusterWatches:
     @classmethod
     def of_cluster(cls, core: Any, *, on_nodes: Callable[[list[Any]], None], on_node: Callable[[str, Any], None],
                    on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None],
-                   on_namespaces: Callable[[list[Any]], None],
-                   on_namespace: Callable[[str, Any], None]) -> ClusterWatches:
-        return cls([
+                   on_namespaces: Callable[[list[Any]], None], on_namespace: Callable[[str, Any], None],
+                   apps: Any = None, on_selectors: Callable[[str, list[Any]], None] | None = None,
+                   on_selector: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
+        """Given `apps` (an AppsV1Api) and the selector callbacks, which take the object's kind first, the
+        selector watches too."""
+        reflectors = [
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
                       list_kwargs={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
                       on_replace=on_pods, on_event=on_pod),
             Reflector(core.list_namespace, name="Namespaces", on_replace=on_namespaces, on_event=on_namespace),
-        ], waits_for=frozenset({"Nodes", "Pods"}))
+        ]
+        if apps is not None and on_selectors is not None and on_selector is not None:
+            for kind, list_call in (("Service", core.list_service_for_all_namespaces),
+                                    ("ReplicationController", core.list_replication_controller_for_all_namespaces),
+                                    ("ReplicaSet", apps.list_replica_set_for_all_namespaces),
+                                    ("StatefulSet", apps.list_stateful_set_for_all_namespaces)):
+                reflectors.append(Reflector(list_call, name=f"{kind}s",
+                                            on_replace=functools.partial(on_selectors, kind),
+                                            on_event=functools.partial(on_selector, kind)))
+        return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:
         for reflector in self.reflectors:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scheduler_core import fields, podaffinity
+from scheduler_core import fields, podaffinity, spread
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
 from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
 
@@ -53,6 +53,7 @@ class Cluster:
         # namespace -> labels, for namespaceSelectors; None until the namespaces have been listed
         self.namespace_labels: dict[str, Mapping[str, str]] | None = None
         self.namespaces_version = 0  # bumped when namespaces or their labels change
+        self.default_selectors = spread.DefaultSelectors()  # for the system default spread constraints
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True

@@ -235,11 +235,11 @@ def _incoming(cycle: Cycle) -> podaffinity.Incoming:
     return podaffinity.Incoming(pod.namespace, pod.labels, known.get(pod.namespace, {}), resolved)
 
 
-def _domains(cycle: Cycle) -> Callable[[str], podaffinity.Domains]:
-    """Each row's topology domain for a key, computed once per labels version."""
+def _domains(cycle: Cycle, missing: str | None = None) -> Callable[[str], podaffinity.Domains]:
+    """Each row's topology domain for a key (a node without it reading `missing`), once per labels version."""
     def domains(key: str) -> podaffinity.Domains:
         labels = (facts.labels if facts is not None else None for facts in cycle.cluster.facts)
-        return cycle.cached(("topology", key), lambda: podaffinity.Domains.of(labels, key))
+        return cycle.cached(("topology", key, missing), lambda: podaffinity.Domains.of(labels, key, missing=missing))
     return domains
 
 
@@ -263,8 +263,8 @@ def _spread_nodes(cycle: Cycle) -> spread.Nodes:
     def counted(selector: podaffinity.Selector) -> tuple[np.ndarray, np.ndarray]:
         return podaffinity.rows_of(group.rows for group in index.counted(namespace, selector))
 
-    return spread.Nodes(cycle.cluster.present[: cycle.rows], _domains(cycle), _affinity_mismatch(cycle),
-                        _untolerated(cycle), counted)
+    return spread.Nodes(cycle.cluster.present[: cycle.rows], _domains(cycle), _domains(cycle, missing=""),
+                        _affinity_mismatch(cycle), _untolerated(cycle), counted)
 
 
 FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
@@ -463,12 +463,26 @@ def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 
 def pod_topology_spread_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
-    """PodTopologySpread's score: the pod's ScheduleAnyway constraints, fewer matching pods in a candidate's
-    domain scoring higher, normalised over the candidates as upstream. Nothing to do for a pod without them."""
+    """PodTopologySpread's score: the pod's ScheduleAnyway constraints, or for a pod declaring none the system
+    defaults, fewer matching pods in a candidate's domain scoring higher, normalised over the candidates as
+    upstream. Nothing to do for a pod with neither."""
     constraints = cycle.pod.topology_spread
-    if constraints is None or not constraints.soft:
+    if constraints is None:
+        defaults = _system_defaults(cycle)
+        if not defaults:
+            return np.zeros(rows.size)
+        return spread.scores(defaults, rows, _spread_nodes(cycle), system_defaulted=True)
+    if not constraints.soft:
         return np.zeros(rows.size)
     return spread.scores(constraints.soft, rows, _spread_nodes(cycle))
+
+
+def _system_defaults(cycle: Cycle) -> tuple[spread.Constraint, ...]:
+    """The system default constraints over the pod's default selector, once per version of the selectors kept."""
+    pod, known = cycle.pod, cycle.cluster.default_selectors
+    key = ("default-selector", known.version, pod.namespace, tuple(sorted(pod.labels.items())), pod.controller)
+    selector = cycle.cached(key, lambda: known.selector_for(pod.namespace, pod.labels, pod.controller))
+    return spread.system_defaults(selector)
 
 
 SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {

@@ -396,10 +396,11 @@ class Domains:
     absent: int
 
     @classmethod
-    def of(cls, node_labels: Iterable[Mapping[str, str] | None], key: str) -> Domains:
+    def of(cls, node_labels: Iterable[Mapping[str, str] | None], key: str, *, missing: str | None = None) -> Domains:
+        """The domains of `key` over rows (None: no node); a node without the label reads `missing`, if given."""
         values: dict[str, int] = {}
-        found = [values.setdefault(labels[key], len(values)) if labels is not None and key in labels else -1
-                 for labels in node_labels]
+        read = (None if labels is None else labels.get(key, missing) for labels in node_labels)
+        found = [-1 if value is None else values.setdefault(value, len(values)) for value in read]
         ids = np.array(found, dtype=np.int64)
         ids[ids < 0] = len(values)
         return cls(ids, len(values))

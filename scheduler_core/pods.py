@@ -91,6 +91,7 @@ class PodFacts:
     labels: Mapping[str, str] = field(default_factory=dict)
     pod_affinity: podaffinity.PodAffinity | None = None  # inter-pod affinity terms; None: it has none
     topology_spread: spread.TopologySpread | None = None  # topology spread constraints; None: it has none
+    controller: spread.Controller | None = None  # its ReplicationController, ReplicaSet or StatefulSet, if any
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
 
     @property
@@ -186,6 +187,7 @@ def parse(
         labels=labels,
         pod_affinity=pod_affinity,
         topology_spread=topology_spread,
+        controller=spread.controller_of(metadata.get("ownerReferences")),
         terminating=metadata.get("deletionTimestamp") is not None,
     )
 

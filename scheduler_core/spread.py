@@ -11,9 +11,15 @@ only nodes whose NoSchedule/NoExecute taints it tolerates. `matchLabelKeys` add 
 labels to the selector, as the scheduler does (the apiserver has merged them already at creation since 1.34;
 ANDing them again changes nothing).
 
-Upstream also applies default constraints (hostname maxSkew 3, zone maxSkew 5, ScheduleAnyway) to a pod with
-none, selecting the pods of its Services, ReplicationControllers, ReplicaSets and StatefulSets; nothing here
-watches those, so a pod without constraints is not spread.
+A pod declaring no constraints gets kube-scheduler's system default ones (hostname maxSkew 3, zone maxSkew 5,
+both ScheduleAnyway, so they score and never filter) over its default selector: the selectors of the Services of
+its namespace that select it, merged, with its controlling ReplicationController's merged in or its ReplicaSet's or
+StatefulSet's ANDed (helper.DefaultSelector). Nothing selecting it, no defaults. With them, a node without a
+topology key is scored all the same (upstream's requireAllTopologies is false): it gets nothing from that key's
+constraint, and counts in the domain of the empty value. `DefaultSelectors` keeps those selectors from the watches
+of `run`; until the Services, and the pod's controller's kind, have been listed, a pod's default selector is not
+known and the score abstains for it (0 everywhere, as for a pod nothing selects) rather than spread it by half a
+selector. Decisions do not wait for those watches.
 
 Pods are counted through podaffinity.PodIndex and topology domains read with podaffinity.Domains, as inter-pod
 affinity counts them: the pods on nodes, of any scheduler, assumed or bound, not being deleted.
@@ -22,15 +28,22 @@ affinity counts them: the pods on nodes, of any scheduler, assumed or bound, not
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from scheduler_core import fields, podaffinity, predicates
+from scheduler_core.nodes import ZONE_LABEL
 
 HOSTNAME = "kubernetes.io/hostname"  # counted per node when scoring, as upstream does
+SYSTEM_DEFAULTS = ((HOSTNAME, 3), (ZONE_LABEL, 5))  # (topologyKey, maxSkew) of systemDefaultConstraints, ScheduleAnyway
+# The kinds whose selectors make a pod's default selector, and the (group, version) DefaultSelector knows each by
+# in a pod's controller reference; a Service is never one.
+SELECTING_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
+CONTROLLERS = {("", "v1", "ReplicationController"), ("apps", "v1", "ReplicaSet"), ("apps", "v1", "StatefulSet")}
+MAX_NAME = 253  # characters of an object's name: a longer reference names nothing
 ACTIONS = ("DoNotSchedule", "ScheduleAnyway")
 POLICIES = ("Honor", "Ignore")
 MAX_INT32 = 2**31 - 1
@@ -124,6 +137,119 @@ def _positive(item: Mapping[str, Any], name: str, path: str) -> int:
     return value
 
 
+# --- the system defaults -------------------------------------------------------------------------------
+
+
+class Controller(NamedTuple):
+    """A pod's controller as DefaultSelector looks it up: by kind and name, in the pod's namespace."""
+
+    kind: str
+    name: str
+
+
+def controller_of(references: object) -> Controller | None:
+    """The pod's controller (its first ownerReference with `controller: true`, GetControllerOfNoCopy) when it is a
+    ReplicationController (v1), a ReplicaSet or a StatefulSet (apps/v1); None for any other, or none."""
+    for reference in fields.sequence(references):
+        reference = fields.mapping(reference)
+        if reference.get("controller") is not True:
+            continue
+        api_version, kind, name = (reference.get(key) for key in ("apiVersion", "kind", "name"))
+        if not (isinstance(api_version, str) and isinstance(kind, str) and isinstance(name, str)):
+            return None
+        group_version = _group_version(api_version)
+        if group_version is None or (*group_version, kind) not in CONTROLLERS or len(name) > MAX_NAME:
+            return None
+        return Controller(kind, name)
+    return None
+
+
+def _group_version(text: str) -> tuple[str, str] | None:
+    """schema.ParseGroupVersion: `v1` is the core group's, `apps/v1` a group's; a second slash is an error."""
+    if text.count("/") > 1:
+        return None
+    group, _, version = text.rpartition("/")
+    return group, version
+
+
+def system_defaults(selector: podaffinity.Selector) -> tuple[Constraint, ...]:
+    """buildDefaultConstraints with the system defaults: none for an empty (or unknown) default selector."""
+    return tuple(Constraint(max_skew, key, selector) for key, max_skew in SYSTEM_DEFAULTS) if selector else ()
+
+
+class DefaultSelectors:
+    """What helper.DefaultSelector reads, kept from the Service, ReplicationController, ReplicaSet and StatefulSet
+    watches: each object's selector, by kind, namespace and name (upstream's listers look a controller up by
+    name, and one watch delivers an object's events in order), and the kinds listed so far. A selector that adds
+    nothing to a default selector (a Service's or ReplicationController's empty map; a ReplicaSet's or
+    StatefulSet's that is empty or does not parse) is not kept. `version` changes with what is kept."""
+
+    def __init__(self) -> None:
+        # kind -> namespace -> name -> selector: a label map (Service, ReplicationController), else requirements
+        self.selectors: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in SELECTING_KINDS}
+        self.listed: set[str] = set()
+        self.version = 0
+
+    @staticmethod
+    def read(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, Any]:
+        """(namespace, name, selector) of an object of `kind`; raises on an object without a name."""
+        metadata = obj["metadata"]
+        raw = fields.mapping(obj.get("spec")).get("selector")
+        selector: Any
+        if kind in ("Service", "ReplicationController"):
+            selector = fields.strings(raw)
+        else:
+            try:
+                selector = podaffinity.parse_selector(raw)  # LabelSelectorAsSelector; nil selects nothing, adds nothing
+            except podaffinity.InvalidTerm:
+                selector = None  # upstream leaves the selector as it was
+        return str(metadata.get("namespace") or ""), str(metadata["name"]), selector or None
+
+    def set(self, kind: str, namespace: str, name: str, selector: Any) -> None:
+        """One object added or changed; deleted, or adding nothing, when `selector` is None."""
+        if self.selectors[kind].get(namespace, {}).get(name) == selector:
+            return
+        by_name = self.selectors[kind].setdefault(namespace, {})
+        if selector is None:
+            del by_name[name]
+        else:
+            by_name[name] = selector
+        if not by_name:
+            del self.selectors[kind][namespace]
+        self.version += 1
+
+    def relisted(self, kind: str, found: Iterable[tuple[str, str, Any]]) -> None:
+        """Every object of `kind`, as a list shows them: the kind is known from now on."""
+        selectors: dict[str, dict[str, Any]] = {}
+        for namespace, name, selector in found:
+            if selector is not None:
+                selectors.setdefault(namespace, {})[name] = selector
+        if kind not in self.listed or selectors != self.selectors[kind]:
+            self.selectors[kind] = selectors
+            self.listed.add(kind)
+            self.version += 1
+
+    def selector_for(self, namespace: str, labels: Mapping[str, str],
+                     controller: Controller | None) -> podaffinity.Selector:
+        """DefaultSelector: the label maps of the namespace's Services that select the pod, merged, then its
+        ReplicationController's merged in (labels.Merge: its values win) or its ReplicaSet's or StatefulSet's
+        requirements added. None while the Services or the controller's kind have not been listed."""
+        if "Service" not in self.listed or (controller is not None and controller.kind not in self.listed):
+            return None
+        merged: dict[str, str] = {}
+        for selector in self.selectors["Service"].get(namespace, {}).values():
+            if all(labels.get(key) == value for key, value in selector.items()):
+                merged.update(selector)
+        added: tuple[predicates.Expression, ...] = ()
+        if controller is not None:
+            own = self.selectors[controller.kind].get(namespace, {}).get(controller.name)
+            if controller.kind == "ReplicationController":
+                merged.update(own or {})
+            else:
+                added = own or ()
+        return tuple(predicates.Expression(key, "In", (value,)) for key, value in sorted(merged.items())) + added
+
+
 # --- the arithmetic, over node rows -------------------------------------------------------------------
 
 
@@ -133,6 +259,7 @@ class Nodes:
 
     present: np.ndarray  # rows holding a node
     domains: Callable[[str], podaffinity.Domains]  # each row's value of a label
+    blank_domains: Callable[[str], podaffinity.Domains]  # the same, a node without the label reading "" instead
     affinity_mismatch: np.ndarray  # rows the pod's nodeSelector or required node affinity rules out
     untolerated: np.ndarray  # rows with a NoSchedule or NoExecute taint the pod does not tolerate
     counted: Callable[[podaffinity.Selector], tuple[np.ndarray, np.ndarray]]  # (rows, matching pods on each)
@@ -153,11 +280,13 @@ class Nodes:
             admitted &= ~self.untolerated
         return admitted
 
-    def per_domain(self, constraint: Constraint, eligible: np.ndarray) -> np.ndarray:
-        """Matching pods summed per domain of the constraint's key, over the pods on `eligible` rows."""
+    def per_domain(self, constraint: Constraint, eligible: np.ndarray,
+                   found: podaffinity.Domains | None = None) -> np.ndarray:
+        """Matching pods summed per domain of the constraint's key (as `found` reads it, by default `domains`),
+        over the pods on `eligible` rows."""
         rows, counts = self.counted(constraint.selector)
         keep = eligible[rows]
-        return self.domains(constraint.topology_key).per_domain(rows[keep], counts[keep])
+        return (found or self.domains(constraint.topology_key)).per_domain(rows[keep], counts[keep])
 
 
 def filter_failures(constraints: Sequence[Constraint], labels: Mapping[str, str],
@@ -183,25 +312,30 @@ def filter_failures(constraints: Sequence[Constraint], labels: Mapping[str, str]
     return missing, skewed
 
 
-def scores(constraints: Sequence[Constraint], candidates: np.ndarray, nodes: Nodes) -> np.ndarray:
+def scores(constraints: Sequence[Constraint], candidates: np.ndarray, nodes: Nodes, *,
+           system_defaulted: bool = False) -> np.ndarray:
     """PreScore, Score and NormalizeScore for the `candidates` (the rows that passed the filters): matching
     pods in each candidate's domain, weighted by the log of how many domains the candidates span, plus
-    maxSkew - 1; then the fewest get 100 and the most in proportion less. Candidates without every key get 0."""
-    with_keys = nodes.with_keys(constraints)
-    scored = with_keys[candidates]
+    maxSkew - 1; then the fewest get 100 and the most in proportion less. Candidates without every key get 0,
+    unless the constraints are the system defaults (`system_defaulted`): then every candidate is scored, a key
+    it lacks adds nothing to its sum, and for counting a node without the key is in the domain of the value ""."""
+    eligible = nodes.present if system_defaulted else nodes.with_keys(constraints)
+    scored = eligible[candidates]
     total = np.zeros(candidates.size)
     for constraint in constraints:
-        ids = nodes.domains(constraint.topology_key).ids
-        if constraint.topology_key == HOSTNAME:  # the node's own pods, whatever the policies
+        key = constraint.topology_key
+        if key == HOSTNAME:  # the node's own pods, whatever the policies
             rows, counts = nodes.counted(constraint.selector)
             on_node = np.zeros(nodes.present.size, dtype=np.int64)
             on_node[rows] = counts
             matching = on_node[candidates]
             domains = int(np.count_nonzero(scored))
         else:
-            matching = nodes.per_domain(constraint, with_keys & nodes.included(constraint))[ids[candidates]]
-            domains = np.unique(ids[candidates[scored]]).size
-        total += matching * math.log(domains + 2) + float(constraint.max_skew - 1)
+            found = nodes.blank_domains(key) if system_defaulted else nodes.domains(key)
+            matching = nodes.per_domain(constraint, eligible & nodes.included(constraint), found)[found.ids[candidates]]
+            domains = np.unique(found.ids[candidates[scored]]).size
+        labelled = nodes.domains(key).present[candidates]
+        total += np.where(labelled, matching * math.log(domains + 2) + float(constraint.max_skew - 1), 0.0)
     raw = np.where(total - np.floor(total) >= 0.5, np.ceil(total), np.floor(total))  # math.Round
     if not scored.any():
         return np.zeros(candidates.size)

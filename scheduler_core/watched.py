@@ -1,4 +1,5 @@
-"""The cluster as the Node and Pod watches show it, plus our own bindings: one model for both modes.
+"""The cluster as the Node and Pod watches show it (with the Namespaces, and for `run` the Services and
+controllers whose selectors system default spreading reads), plus our own bindings: one model for both modes.
 
 `gpu-scheduler run` drives it from its loop thread and `gpu-scheduler extender` under its lock; each
 is a thin driver that feeds it watch events and relists, tells it what it decided and how the
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core import cluster, fields, nodes, pods, profile, warmup
+from scheduler_core import cluster, fields, nodes, pods, profile, spread, warmup
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,32 @@ class WatchedCluster:
     def _set_namespace(self, kind: str, obj: Mapping[str, Any]) -> Change:
         name = str(obj["metadata"]["name"])
         return Change(freed=self.cluster.set_namespace(name, None if kind == "DELETED" else _labels(obj)))
+
+    # --- services and controllers -----------------------------------------------------------------
+
+    def selector_event(self, kind: str, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A Service, ReplicationController, ReplicaSet or StatefulSet (`kind`) added, changed or deleted: its
+        selector is part of the default selector of the pods it selects or controls (`run` only). Only scores
+        change, so no pod is queued."""
+        def update() -> Change:
+            namespace, name, selector = spread.DefaultSelectors.read(kind, obj)
+            self.cluster.default_selectors.set(kind, namespace, name, None if event == "DELETED" else selector)
+            return Change()
+        return self._guarded(kind, obj, update)
+
+    def selectors_relisted(self, kind: str, items: Iterable[Mapping[str, Any]], *,
+                           now: datetime.datetime) -> Change:
+        """Every object of `kind` as a list shows them; from the first list on, pods that depend on the kind have a
+        known default selector."""
+        found: list[tuple[str, str, Any]] = []
+
+        def read(obj: Mapping[str, Any]) -> Change:
+            found.append(spread.DefaultSelectors.read(kind, obj))
+            return Change()
+        for obj in items:
+            self._guarded(kind, obj, functools.partial(read, obj))
+        self.cluster.default_selectors.relisted(kind, found)
+        return Change()
 
     # --- pods -------------------------------------------------------------------------------------
 

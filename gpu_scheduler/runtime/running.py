@@ -69,7 +69,9 @@ class LiveScheduler:
             on_pods=lambda items: self.events.put(("pods", items)),
             on_pod=lambda kind, obj: self.events.put(("pod", kind, obj)),
             on_namespaces=lambda items: self.events.put(("namespaces", items)),
-            on_namespace=lambda kind, obj: self.events.put(("namespace", kind, obj)))
+            on_namespace=lambda kind, obj: self.events.put(("namespace", kind, obj)),
+            apps=client.AppsV1Api(api), on_selectors=lambda kind, items: self.events.put(("selectors", kind, items)),
+            on_selector=lambda kind, event, obj: self.events.put(("selector", kind, event, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
@@ -157,6 +159,10 @@ class LiveScheduler:
                 self._apply(self.model.namespace_event(event[1], event[2], now=_now()))
             elif kind == "namespaces":
                 self._apply(self.model.namespaces_relisted(event[1], now=_now()))
+            elif kind == "selector":
+                self._apply(self.model.selector_event(event[1], event[2], event[3], now=_now()))
+            elif kind == "selectors":
+                self._apply(self.model.selectors_relisted(event[1], event[2], now=_now()))
             elif kind == "bound":
                 self._on_bound(*event[1:])
             elif kind == "refused":
@@ -167,7 +173,8 @@ class LiveScheduler:
             elif kind == "config":
                 self._on_config(event[1])
         except Exception:
-            self.model.rejected[EVENT_KINDS.get(kind, str(kind))] += 1
+            rejected = event[1] if kind in ("selector", "selectors") else EVENT_KINDS.get(kind, str(kind))
+            self.model.rejected[rejected] += 1
             log.exception("handling a %s event failed; going on", kind)
         for facts, message in self.model.take_conflicts():
             namespace, _, name = facts.key.partition("/")

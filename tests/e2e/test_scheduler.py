@@ -1,4 +1,5 @@
-"""`gpu-scheduler run` against the real apiserver: 50 GPU nodes, 300 pods through the webhook."""
+"""`gpu-scheduler run` against the real apiserver: 50 GPU nodes, 300 pods through the webhook; replicas spread by
+kube-scheduler's system default constraints."""
 
 from __future__ import annotations
 
@@ -194,3 +195,40 @@ def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_wh
         "spec.volumes[0].persistentVolumeClaim", "spec.resourceClaims"))
     wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "with-claims"
                          for e in core.list_namespaced_event(ns).items), "a FailedScheduling event")
+
+
+def test_replicas_of_a_replica_set_spread_by_the_system_defaults_over_nodes_nothing_else_tells_apart(api, scheduler):
+    """No topologySpreadConstraints: kube-scheduler's system defaults, over the ReplicaSet's selector, spread six
+    replicas over three identical nodes two by two, where binpack alone would put them all on the first. No
+    controller manager runs here, so the test creates the pods the ReplicaSet would, each owned by it."""
+    from collections import Counter
+
+    core: Any = client.CoreV1Api(api)
+    apps: Any = client.AppsV1Api(api)
+    ns = namespace(core)
+    pool = [f"spread-{i}" for i in range(3)]
+    for name in pool:
+        cp.create_gpu_node(api, name, gpus=0, labels={"e2e-pool": "spread"})
+    labels = {"tier": "spread-e2e"}  # not `app`, which the `locality` score gathers on one node
+    container = {"name": "main", "image": "registry.invalid/web:1",
+                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+    replica_set = apps.create_namespaced_replica_set(ns, {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
+        "spec": {"replicas": 6, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}})
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": replica_set.metadata.uid,
+             "controller": True}
+    try:
+        for name in (f"web-{i}" for i in range(6)):  # one at a time: each decision sees the replicas bound before
+            core.create_namespaced_pod(ns, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
+                "spec": {"schedulerName": "gpu-scheduler", "nodeSelector": {"e2e-pool": "spread"},
+                         "containers": [container]}})
+            wait_for(lambda name=name: core.read_namespaced_pod(name, ns).spec.node_name, f"{name} to be bound")
+        placed = Counter(pod.spec.node_name for pod in core.list_namespaced_pod(ns).items)
+        assert placed == {name: 2 for name in pool}
+    finally:
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        for name in pool:
+            core.delete_node(name)

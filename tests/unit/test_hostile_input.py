@@ -19,12 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import cluster, framework, nodes, podaffinity, pods, predicates, quantity
+from scheduler_core import cluster, framework, nodes, podaffinity, pods, predicates, quantity, spread, watched
 from scheduler_core.nodes import MAX_GPUS, MAX_MILLI
 from tests.unit.builders import facts, node, planted, pod
 from webhook import rules
 
 LARGEST = 2**63 - 1
+NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
 MILLI_PROBLEM = "annotation gpu-scheduler.io/gpu-milli: must be an integer from 1 to 999 (thousandths of one GPU), got "
 MEMORY_PROBLEM = "annotation gpu.nvidia.com/memory: must be a positive integer (MiB per GPU), got "
 DEVICES_PROBLEM = ("annotation gpu-scheduler.io/gpu-devices: must be a JSON list of at most 128 GPUs "
@@ -342,7 +343,7 @@ POD_PATHS = [
     ("spec", "affinity", "podAffinity"), ("spec", "affinity", "podAntiAffinity"),
     ("spec", "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
     ("spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
-    ("spec", "topologySpreadConstraints"), ("metadata", "deletionTimestamp"),
+    ("spec", "topologySpreadConstraints"), ("metadata", "deletionTimestamp"), ("metadata", "ownerReferences"),
 ]
 NODE_PATHS = [
     ("status",), ("status", "allocatable"), ("status", "allocatable", "cpu"), ("status", "allocatable", "nvidia.com/gpu"),
@@ -393,6 +394,27 @@ def test_any_json_in_a_pod_parses_and_is_decided(plants):
     framework.Framework(c).decide(parsed)
     c.restore(dataclasses.replace(parsed, node_name="a"))
     assert_consistent(c)
+
+
+SELECTOR_PATHS = [("spec",), ("spec", "selector"), ("spec", "selector", "matchLabels"),
+                  ("spec", "selector", "matchExpressions"), ("metadata",), ("metadata", "name")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(spread.SELECTING_KINDS),
+       plants=st.lists(st.tuples(st.sampled_from(SELECTOR_PATHS), json_values), max_size=3))
+def test_any_json_in_a_service_or_controller_is_kept_as_a_selector_or_counted_and_its_pods_are_decided(kind, plants):
+    """A tenant's own Service or ReplicaSet: its selector is kept, or the object is refused and counted."""
+    obj = planted_all({"metadata": {"name": "web", "namespace": "ns"}, "spec": {}}, plants)
+    found = watched.WatchedCluster(scheduler_name="gpu-scheduler")
+    found.nodes_relisted([node("a"), node("b")], now=NOW)
+    for each in spread.SELECTING_KINDS:
+        found.selectors_relisted(each, [obj] if each == kind else [], now=NOW)
+    found.selector_event(kind, "MODIFIED", obj, now=NOW)
+    incoming = pod("p", cpu="1", labels={"app": "web"})
+    incoming["metadata"]["ownerReferences"] = [{"apiVersion": "v1" if kind == "ReplicationController" else "apps/v1",
+                                                 "kind": kind, "name": "web", "controller": True}]
+    framework.Framework(found.cluster).decide(found.facts_of(incoming))
 
 
 @settings(max_examples=300, deadline=None)

@@ -147,3 +147,25 @@ def test_webhook_configuration_selects_opted_in_namespaces_and_spares_opted_out_
     ]
     assert hook["rules"][0]["operations"] == ["CREATE"] and hook["rules"][0]["resources"] == ["pods"]
     assert hook["clientConfig"]["service"]["path"] == "/mutate"
+
+
+def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
+    """Each watch `gpu-scheduler run` keeps is granted list and watch by its ClusterRole (tests/e2e/test_rbac.py asks
+    the real apiserver)."""
+    from kubernetes import client
+
+    from gpu_scheduler.runtime import running
+
+    live = running.LiveScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config.Config())
+    live.stop()
+    calls = [reflector._list_call for reflector in live.watches.reflectors]
+    watched = {("apps" if isinstance(call.__self__, client.AppsV1Api) else "",
+                call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "") + "s")
+               for call in calls}
+    selectors = {("", "services"), ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets")}
+    assert selectors <= watched
+    role = next(d for d in yaml.safe_load_all((COMPONENTS / "scheduler" / "rbac.yaml").read_text())
+                if d["kind"] == "ClusterRole")
+    granted = {(group, resource) for rule in role["rules"] if {"list", "watch"} <= set(rule["verbs"])
+               for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert watched <= granted

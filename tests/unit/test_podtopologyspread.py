@@ -1,9 +1,10 @@
 """Pod topology spread beyond upstream's tables: how constraints are read (and refused), what a decision costs
-when nobody uses them, the filter and score among the other plugins, and the places they reach (the extender,
-`simulate`)."""
+when nobody uses them, the filter and score among the other plugins, the places they reach (the extender,
+`simulate`), and the system defaults of a pod declaring none (its controller, its default selector, the score)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import framework, plugins, podaffinity, profile
+from scheduler_core import framework, plugins, podaffinity, profile, spread
 from tests.unit.builders import facts, node, planted, pod, scheduler, simulate
 from webhook import config
 
@@ -167,12 +168,14 @@ def test_the_hostname_key_is_scored_per_node_even_where_nodes_share_its_value():
 
 
 def test_nobody_using_topology_spread_costs_the_plugins_nothing(monkeypatch):
-    """No constraints: neither half computes a topology domain or counts the placed pods."""
+    """No constraints, and none by default (nothing selects the pod): neither half computes a topology domain or
+    counts the placed pods."""
     def refuse(*_: Any) -> None:
         raise AssertionError("counted placed pods for a pod without spread constraints")
 
     monkeypatch.setattr(podaffinity.PodIndex, "counted", refuse)
     s = placed(scheduler(*(node(f"n{i}") for i in range(50))), *(web(f"w{i}", node_name=f"n{i}") for i in range(50)))
+    s.cluster.default_selectors = known(("Service", selecting("Service", "db", {"app": "db"})))
     cycle = s._cycle(facts(web("p")))
     assert plugins.pod_topology_spread(cycle) == []
     assert not plugins.pod_topology_spread_preference(cycle, np.arange(50)).any()
@@ -192,3 +195,130 @@ def test_simulate_spreads_the_pending_replicas():
     pending = [web(f"w{i}", constraint(ZONE), namespace="apps") for i in range(4)]
     result = simulate([node("a", zone="z1"), node("b", zone="z2")], pending, config.Config())
     assert sorted(p.node for p in result.placements) == ["a", "a", "b", "b"]
+
+
+# --- the system defaults, for a pod declaring no constraints ----------------------------------------------------
+
+
+def owned(obj: dict[str, Any], kind: str = "ReplicaSet", name: str = "web-7d9", **reference: Any) -> dict[str, Any]:
+    api_version = "v1" if kind == "ReplicationController" else "apps/v1"
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name, "uid": "u",
+                                           "controller": True, **reference}]
+    return obj
+
+
+def selecting(kind: str, name: str, selector: Any, namespace: str = "ns") -> tuple[str, str, Any]:
+    return spread.DefaultSelectors.read(kind, {"metadata": {"name": name, "namespace": namespace},
+                                               "spec": {"selector": selector}})
+
+
+def known(*objects: tuple[str, tuple[str, str, Any]]) -> spread.DefaultSelectors:
+    """Every kind listed, holding `objects` ((kind, read object) pairs)."""
+    found = spread.DefaultSelectors()
+    for kind in spread.SELECTING_KINDS:
+        found.relisted(kind, [read for of_kind, read in objects if of_kind == kind])
+    return found
+
+
+def shown(selector: podaffinity.Selector) -> str | None:
+    return None if selector is None else ", ".join(f"{r.key} {r.operator} {'|'.join(r.values)}" for r in selector)
+
+
+@pytest.mark.parametrize(("references", "controller"), [
+    ([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True}], ("ReplicaSet", "rs")),
+    ([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "controller": True}], ("StatefulSet", "db")),
+    ([{"apiVersion": "v1", "kind": "ReplicationController", "name": "rc", "controller": True}],
+     ("ReplicationController", "rc")),
+    ([{"apiVersion": "/v1", "kind": "ReplicationController", "name": "rc", "controller": True}],  # ParseGroupVersion
+     ("ReplicationController", "rc")),
+    ([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}], None),  # an owner, not the controller
+    ([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": False}], None),
+    ([{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "controller": True},  # the first controller decides
+      {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True}], None),
+    ([{"apiVersion": "apps/v1beta2", "kind": "ReplicaSet", "name": "rs", "controller": True}], None),
+    ([{"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "controller": True}], None),
+    ([{"apiVersion": "apps/v1/x", "kind": "ReplicaSet", "name": "rs", "controller": True}], None),
+    ([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r" * 254, "controller": True}], None),
+    ("rs", None), ([None, 3], None), (None, None),
+])
+def test_a_pods_controller_is_the_first_controlling_reference_of_the_kinds_default_spreading_reads(references,
+                                                                                                    controller):
+    obj = web("p")
+    obj["metadata"]["ownerReferences"] = references
+    assert facts(obj).controller == controller
+
+
+@pytest.mark.parametrize(("objects", "controller", "selector"), [
+    # Services of the pod's namespace that select it, merged; a Service of another namespace, one that does not
+    # select the pod, and one without a selector add nothing
+    ([("Service", selecting("Service", "web", {"app": "web"})),
+      ("Service", selecting("Service", "tier", {"tier": "front", "app": "web"})),
+      ("Service", selecting("Service", "db", {"app": "db"})),
+      ("Service", selecting("Service", "away", {"zone": "x"}, namespace="other")),
+      ("Service", selecting("Service", "external", None))], None, "app In web, tier In front"),
+    ([("Service", selecting("Service", "blank", {"track": ""}))], None, None),  # it lacks `track`: not selected
+    # a ReplicationController's map is merged in, its values winning; a ReplicaSet's requirements are ANDed
+    ([("Service", selecting("Service", "web", {"app": "web"})),
+      ("ReplicationController", selecting("ReplicationController", "web-7d9", {"app": "old", "v": "1"}))],
+     ("ReplicationController", "web-7d9"), "app In old, v In 1"),
+    ([("Service", selecting("Service", "web", {"app": "web"})),
+      ("ReplicaSet", selecting("ReplicaSet", "web-7d9", {"matchLabels": {"app": "other"},
+                                                          "matchExpressions": [{"key": "v", "operator": "Exists"}]}))],
+     ("ReplicaSet", "web-7d9"), "app In web, app In other, v Exists "),
+    # a ReplicaSet's selector that does not parse, or of another name or kind, adds nothing
+    ([("ReplicaSet", selecting("ReplicaSet", "web-7d9", {"matchLabels": {"app": "-bad"}})),
+      ("ReplicaSet", selecting("ReplicaSet", "web-8e0", {"matchLabels": {"v": "2"}})),
+      ("StatefulSet", selecting("StatefulSet", "web-7d9", {"matchLabels": {"v": "3"}}))],
+     ("ReplicaSet", "web-7d9"), None),
+])
+def test_the_default_selector_merges_the_services_selecting_the_pod_with_its_controllers(objects, controller,
+                                                                                         selector):
+    labels = {"app": "web", "tier": "front"}
+    found = known(*objects).selector_for("ns", labels, controller and spread.Controller(*controller))
+    assert shown(found) == (selector or "")
+    assert spread.system_defaults(found) == (() if selector is None else (
+        spread.Constraint(3, HOST, found), spread.Constraint(5, ZONE, found)))
+
+
+def test_the_default_selector_is_not_known_before_the_services_and_the_controllers_kind_have_been_listed():
+    found = spread.DefaultSelectors()
+    found.set("Service", *selecting("Service", "web", {"app": "web"}))  # an event: listing is what makes it known
+    found.relisted("ReplicaSet", [selecting("ReplicaSet", "web-7d9", {"matchLabels": {"v": "1"}})])
+    rs = spread.Controller("ReplicaSet", "web-7d9")
+    assert found.selector_for("ns", {"app": "web"}, rs) is None
+    found.relisted("Service", [selecting("Service", "web", {"app": "web"})])
+    assert shown(found.selector_for("ns", {"app": "web"}, rs)) == "app In web, v In 1"
+    assert found.selector_for("ns", {"app": "web"}, spread.Controller("StatefulSet", "web")) is None
+
+
+def replicas(count: int, *, namespace: str = "ns") -> list[dict[str, Any]]:
+    """Pods of one ReplicaSet without constraints (and without the `app` label that `locality` gathers)."""
+    return [owned(web(f"r{i}", labels={"tier": "web"}, namespace=namespace)) for i in range(count)]
+
+
+@pytest.mark.parametrize(("objects", "per_node"), [
+    (None, {"a": 6}),  # nothing listed: their default selector is not known
+    ([("Service", selecting("Service", "db", {"tier": "db"}))], {"a": 6}),  # listed, and nothing selects them
+    ([("ReplicaSet", selecting("ReplicaSet", "web-7d9", {"matchLabels": {"tier": "web"}}))], {"a": 2, "b": 2, "c": 2}),
+])
+def test_replicas_spread_by_the_system_defaults_once_their_replica_set_is_known(objects, per_node):
+    """Binpack piles the replicas onto one node unless their default selector is known and not empty; then each
+    counts the ones placed before it."""
+    s = scheduler(node("a", gpus=0), node("b", gpus=0), node("c", gpus=0))
+    if objects is not None:
+        s.cluster.default_selectors = known(*objects)
+    assert Counter(s.place(facts(obj)).node for obj in replicas(6)) == per_node
+
+
+def test_with_the_system_defaults_a_node_without_the_zone_is_scored_and_counts_in_the_empty_zone():
+    """requireAllTopologies is false: b, without a zone, is a candidate like the others and gets only its hostname
+    term; a, whose zone is "", shares its count with the nodes without one (upstream reads a missing label as "")."""
+    s = placed(scheduler(node("a", gpus=0, zone=None, labels={ZONE: ""}), node("b", gpus=0, zone=None),
+                         node("c", gpus=0, zone="z1"), node("d", gpus=0, zone=None)),
+               *(owned(web(f"w{i}", labels={"tier": "web"}, node_name="d")) for i in range(2)))
+    s.cluster.default_selectors = known(("ReplicaSet", selecting("ReplicaSet", "web-7d9", {"matchLabels": {}})),
+                                        ("Service", selecting("Service", "web", {"tier": "web"})))
+    cycle = s._cycle(facts(replicas(1)[0]))
+    rows = np.array([s.cluster.index[name] for name in ("a", "b", "c")])
+    # raw sums: a 2 + (2 log(2 + 2) + 4) = 9, b 2, c 2 + 4 = 6
+    assert list(plugins.pod_topology_spread_preference(cycle, rows)) == [22.0, 100.0, 55.0]

@@ -251,3 +251,14 @@ def test_a_pod_waiting_for_namespace_labels_is_tried_again_once_the_namespaces_a
     assert scheduler.bindings == [("ns/waiting", "a")]
     scheduler._handle(("namespace", "MODIFIED", {"metadata": {"name": "ns", "labels": {"team": "b"}}}))
     assert scheduler.model.cluster.namespace_labels == {"ns": {"team": "b"}}
+
+
+def test_the_selectors_of_services_and_controllers_reach_the_model_and_a_bad_one_is_counted_by_its_kind(scheduler):
+    scheduler._handle(("selectors", "Service", [{"metadata": {"name": "web", "namespace": "ns"},
+                                                 "spec": {"selector": {"app": "web"}}}]))
+    scheduler._handle(("selector", "ReplicaSet", "ADDED", {"metadata": {"name": "web-7d9", "namespace": "ns"},
+                                                           "spec": {"selector": {"matchLabels": {"v": "1"}}}}))
+    known = scheduler.model.cluster.default_selectors
+    assert known.listed == {"Service"} and set(known.selectors["ReplicaSet"]["ns"]) == {"web-7d9"}
+    scheduler._handle(("selectors", "StatefulSet", None))  # not a list: the handler survives it
+    assert scheduler.model.rejected["StatefulSet"] == 1

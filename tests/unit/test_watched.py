@@ -580,3 +580,67 @@ def test_a_pod_bound_elsewhere_wakes_pods_waiting_for_topology_spread():
     assert not found.pod_event("ADDED", incarnation("db", "uid-db", node_name="a"), now=NOW).freed
     found.pod_event("ADDED", spread("p", "uid-p"), now=NOW)
     assert found.pod_event("ADDED", incarnation("db2", "uid-db2", node_name="a"), now=NOW).freed
+
+
+# --- system default spreading: the selectors of Services and controllers ---------------------------------------
+
+
+def selecting(kind: str, name: str, selector: dict[str, Any] | None, *, namespace: str = "ns") -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": {"selector": selector}}
+
+
+def default_selector(found: watched.WatchedCluster, obj: dict[str, Any]) -> str | None:
+    """The pod's default selector as `k=v` requirements (None: not known yet)."""
+    facts = found.facts_of(obj)
+    selector = found.cluster.default_selectors.selector_for(facts.namespace, facts.labels, facts.controller)
+    return None if selector is None else ",".join(f"{r.key}={'|'.join(r.values)}" for r in selector)
+
+
+WEB = incarnation("web-0", "uid-web", labels={"tier": "web", "pod-template-hash": "7d9"})
+WEB["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "u",
+                                       "controller": True}]
+WEB_SET = selecting("ReplicaSet", "web-7d9", {"matchLabels": {"pod-template-hash": "7d9"}})
+
+
+def test_the_selectors_follow_adds_updates_deletions_and_relists_and_queue_nothing():
+    found = model(node("a"))
+    assert found.selectors_relisted("Service", [selecting("Service", "front", {"tier": "web"}),
+                                                selecting("Service", "away", {"tier": "web"}, namespace="other")],
+                                    now=NOW) == watched.Change()
+    assert default_selector(found, WEB) is None  # its ReplicaSet's kind has not been listed
+    assert default_selector(found, incarnation("bare", "uid-bare", labels={"tier": "web"})) == "tier=web"
+    found.selectors_relisted("ReplicaSet", [WEB_SET], now=NOW)
+    assert default_selector(found, WEB) == "tier=web,pod-template-hash=7d9"
+    version = found.cluster.default_selectors.version
+    assert found.selector_event("ReplicaSet", "MODIFIED", {**WEB_SET, "status": {"replicas": 3}},
+                                now=NOW) == watched.Change()
+    assert found.cluster.default_selectors.version == version  # a status update: nothing cached is stale
+    found.selector_event("Service", "MODIFIED", selecting("Service", "front", {"tier": "web", "zone": "x"}), now=NOW)
+    assert default_selector(found, WEB) == "pod-template-hash=7d9"  # the Service no longer selects the pod
+    found.selector_event("ReplicaSet", "DELETED", WEB_SET, now=NOW)
+    assert default_selector(found, WEB) == ""
+    found.selector_event("ReplicaSet", "ADDED", WEB_SET, now=NOW)
+    assert default_selector(found, WEB) == "pod-template-hash=7d9"
+    found.selectors_relisted("ReplicaSet", [], now=NOW)  # a relist is the truth: what it lacks is gone
+    found.selectors_relisted("Service", [], now=NOW)
+    assert default_selector(found, WEB) == "" and found.cluster.default_selectors.selectors == {
+        kind: {} for kind in ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")}
+
+
+def test_a_selector_object_the_model_cannot_read_is_counted_and_the_rest_is_taken():
+    found = model(node("a"))
+    found.selectors_relisted("ReplicaSet", [{"kind": "ReplicaSet", "metadata": {"namespace": "ns"}}, WEB_SET], now=NOW)
+    assert found.selector_event("ReplicaSet", "ADDED", {"metadata": None}, now=NOW) == watched.Change()
+    found.selectors_relisted("Service", [], now=NOW)
+    assert found.rejected["ReplicaSet"] == 2 and default_selector(found, WEB) == "pod-template-hash=7d9"
+
+
+def test_a_pod_of_a_replica_set_is_spread_by_default_as_its_replicas_are_assumed():
+    """Nothing is bound yet: each replica's default constraints count the replicas assumed before it."""
+    found = model(node("a", gpus=0), node("b", gpus=0), node("c", gpus=0))
+    for kind in ("Service", "ReplicationController", "StatefulSet"):
+        found.selectors_relisted(kind, [], now=NOW)
+    found.selectors_relisted("ReplicaSet", [WEB_SET], now=NOW)
+    found.pods_relisted([{**WEB, "metadata": {**WEB["metadata"], "name": f"web-{i}", "uid": f"uid-{i}"}}
+                         for i in range(6)], now=NOW)
+    assert sorted(assumed_in_turn(found, [f"uid-{i}" for i in range(6)])) == ["a", "a", "b", "b", "c", "c"]

@@ -304,3 +304,27 @@ def test_deciding_waits_for_nodes_and_pods_while_every_watch_counts_for_health()
     watches.reflectors[1].synced.set()
     assert watches.synced
     assert watches.down(max_down=-1) == [f"{name}: watch down for 0 s" for name in ("Nodes", "Pods", "Namespaces")]
+
+
+def test_the_standalone_scheduler_also_watches_the_selectors_of_services_and_controllers_without_waiting():
+    """`run` alone (the extender leaves topology spread to kube-scheduler): each selector watch hands the kind of
+    its objects to the callbacks, none holds decisions back, and each counts for health."""
+    lists = {name: FakeAPI() for name in ("list_node", "list_pod_for_all_namespaces", "list_namespace",
+                                          "list_service_for_all_namespaces",
+                                          "list_replication_controller_for_all_namespaces")}
+    apps = {name: FakeAPI() for name in ("list_replica_set_for_all_namespaces", "list_stateful_set_for_all_namespaces")}
+    noop = lambda *args: None  # noqa: E731
+    handed: list[tuple[Any, ...]] = []
+    watches = watching.ClusterWatches.of_cluster(
+        type("Core", (), lists)(), on_nodes=noop, on_node=noop, on_pods=noop, on_pod=noop, on_namespaces=noop,
+        on_namespace=noop, apps=type("Apps", (), apps)(), on_selectors=lambda *args: handed.append(args),
+        on_selector=lambda *args: handed.append(args))
+    names = ["Nodes", "Pods", "Namespaces", "Services", "ReplicationControllers", "ReplicaSets", "StatefulSets"]
+    assert [r.name for r in watches.reflectors] == names
+    watches.reflectors[5]._on_replace([])
+    watches.reflectors[6]._on_event("ADDED", {})
+    assert handed == [("ReplicaSet", []), ("StatefulSet", "ADDED", {})]
+    watches.reflectors[0].synced.set()
+    watches.reflectors[1].synced.set()
+    assert watches.synced
+    assert watches.down(max_down=-1) == [f"{name}: watch down for 0 s" for name in names]

@@ -13,17 +13,21 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
         nodes: [{Node object}, ...]  # optional; default: one node `node` (see DEFAULT_NODE)
         pods: [{Pod object}, ...]    # pods already there, each with spec.nodeName
         namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
+        objects: [{Service}, ...]    # optional: the Services, ReplicationControllers, ReplicaSets and StatefulSets
+                                     # (each kind listed, if only as none, as upstream's informers are)
         filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
         score: {node: 0..100}        # or: the normalised score per feasible node
         candidates: [node, ...]      # optional, with `score`: the nodes that passed the filters (default: every
                                      # node); only they are scored, while pods on the others still count
         problem: text                # or: a problem the pod's facts carry, so it is never scheduled (upstream's
                                      # PreFilter or PreScore refuses the pod with this text)
+        default_selector: {k: v}     # or: the pod's default selector for the system default spread constraints
         skip: why                    # optional: a case the core does not take, and why (a feature outside
                                      # a scheduler's filter, a field the API would refuse)
 
 Upstream builds many objects with helpers (st.MakePod()...); the data spells out what they build,
-defaults included (a node's allocatable is what the case gives it, nothing more).
+defaults included (a node's allocatable is what the case gives it, nothing more). A pod or object without a
+namespace (upstream's "") is put in `default`.
 
 A test module needs no more than `@upstream.each_case(TABLE)` on a test that calls `upstream.check(TABLE, case)`,
 or, the same in one line, `test_filter = upstream.test_of("<plugin>_filter")`.
@@ -41,7 +45,7 @@ import numpy as np
 import pytest
 import yaml
 
-from scheduler_core import framework, plugins, profile, watched
+from scheduler_core import framework, plugins, profile, spread, watched
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "upstream"
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
@@ -84,6 +88,8 @@ def check(table: dict[str, Any], case: dict[str, Any]) -> None:
         assert filter_verdicts(case, table["plugin"]) == case["filter"]
     if "score" in case:
         assert scores(case, table.get("score_plugin", table["plugin"])) == case["score"]
+    if "default_selector" in case:
+        assert default_selector(case) == case["default_selector"]
 
 
 def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
@@ -95,6 +101,9 @@ def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
     namespaces = case.get("namespaces")
     if namespaces is not None and hasattr(found, "namespaces_relisted"):
         found.namespaces_relisted(namespaces, now=NOW)
+    objects = [_namespaced(obj) for obj in case.get("objects") or []]
+    for kind in spread.SELECTING_KINDS:
+        found.selectors_relisted(kind, [obj for obj in objects if obj["kind"] == kind], now=NOW)
     return found
 
 
@@ -130,6 +139,15 @@ def scores(case: dict[str, Any], plugin: str) -> dict[str, float]:
     return {found.cluster.node(int(row)).name: float(value) for row, value in zip(rows, values)}
 
 
+def default_selector(case: dict[str, Any]) -> dict[str, str]:
+    """The pod's default selector as the label set upstream's tables compare it with (each requirement `k=v`)."""
+    found, cycle = cycle_of(case)
+    pod = cycle.pod
+    selector = found.cluster.default_selectors.selector_for(pod.namespace, pod.labels, pod.controller)
+    assert selector is not None and all(req.operator == "In" and len(req.values) == 1 for req in selector)
+    return {requirement.key: requirement.values[0] for requirement in selector}
+
+
 def _ready(node: dict[str, Any]) -> dict[str, Any]:
     """Upstream's plugin tests leave a node's conditions out (kube-scheduler filters not-ready nodes by their
     taints); the core also checks the Ready condition, so a node given none is taken as Ready."""
@@ -141,8 +159,12 @@ def _ready(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
-    pod = copy.deepcopy(pod)
-    metadata = pod.setdefault("metadata", {})
-    metadata.setdefault("uid", uid)
-    metadata.setdefault("namespace", "default")
+    pod = _namespaced(pod)
+    pod["metadata"].setdefault("uid", uid)
     return pod
+
+
+def _namespaced(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    return obj
