@@ -15,10 +15,12 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import controlplane as cp
@@ -26,6 +28,7 @@ from tests.e2e import scheduling
 
 PIN = "parity.e2e/pin"  # the node a copy may go to
 POOL_LABEL = "parity-pool"
+UNSUPPORTED = "gpu-scheduler cannot evaluate"  # in the reason of a pod ours refuses on purpose
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -208,3 +211,72 @@ def gpus_on(core: Any, node: str) -> str:
     held = ", ".join(f"{p['metadata']['name']}={scheduling.whole_gpus(p)}"
                      f"{'(deleting)' if p['metadata'].get('deletionTimestamp') else ''}" for p in pods)
     return f"{node} has {allocatable} GPUs; pods there: {held}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One seed's comparison: what ours bound and left pending, what kube-scheduler says of it."""
+
+    seed: int
+    pods: int
+    bound: int
+    pending: int
+    refused: list[str]  # bindings of ours kube-scheduler's filters refuse, each with its message
+    placeable: list[tuple[str, str]]  # pods ours left pending that kube-scheduler places in ours' final state
+    kube_pending: int  # pods kube-scheduler alone left pending, from the same start
+    overcommitted: list[str]
+    left: dict[str, str]  # pods ours left pending, with its reason
+
+    @property
+    def unsupported(self) -> list[str]:
+        return [name for name, reason in self.placeable if UNSUPPORTED in reason]
+
+    @property
+    def missed(self) -> list[str]:
+        """Pods ours left pending for no reason of its own, yet kube-scheduler places: a divergence."""
+        return [f"{name}: {reason}" for name, reason in self.placeable if UNSUPPORTED not in reason]
+
+    def summary(self) -> str:
+        return (f"seed {self.seed}: {self.pods} pods; ours bound {self.bound}, left {self.pending} pending "
+                f"({len(self.unsupported)} with constraints it does not evaluate yet, {len(self.placeable)} that "
+                f"kube-scheduler then placed); kube-scheduler alone left {self.kube_pending} pending; "
+                f"{len(self.refused)} of ours refused by it")
+
+
+def compare(api: Any, seed: int, *, prefix: str, ours: str, kube: str, start_ours: Callable[[], None],
+            stop_ours: Callable[[], None]) -> Outcome:
+    """Schedule seed's scenario once by `gpu-scheduler run` (schedulerName `ours`, started and stopped by the
+    callables) and once by kube-scheduler (profile `kube`, with the pinning extender), each on its own pool of
+    nodes, both at once; then ask kube-scheduler about every binding of ours and every pod ours left pending."""
+    core: Any = client.CoreV1Api(api)
+    scenario = Scenario.generate(seed)
+    start_ours()
+    for way, scheduler in (("ours", ours), ("kube", kube)):
+        pool = f"{prefix}-{seed}-{way}"
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": pool}})
+        scenario.create_nodes(api, pool)
+        for body in scenario.bodies(scheduler, pool):
+            core.create_namespaced_pod(pool, body)
+    runs = {way: (f"{prefix}-{seed}-{way}", settled(core, f"{prefix}-{seed}-{way}")) for way in ("ours", "kube")}
+    # stopped before kube-scheduler is asked: else it would fill the room a replaced pod leaves with a pod it
+    # had left pending, before the pinned copy gets there
+    stop_ours()
+    namespace, found = runs["ours"]
+    bodies = {body["metadata"]["name"]: body for body in scenario.bodies(kube, namespace)}
+    overcommitted = scheduling.overcommit_problems(core)
+    refused = []
+    bound = {name: pod["spec"]["nodeName"] for name, pod in found.items() if pod["spec"].get("nodeName")}
+    for name, node in sorted(bound.items()):
+        placed, message = ask_kube_scheduler(core, namespace, found[name], bodies[name], kube, pin=node)
+        if placed != node:
+            refused.append(f"{name} on {node}: kube-scheduler says {message}; {gpus_on(core, node)}")
+    pending = sorted(name for name in found if name not in bound)
+    placeable = []
+    for name in pending:  # offered to kube-scheduler in ours' final state, then taken away again
+        placed, _ = ask_kube_scheduler(core, namespace, found[name], bodies[name], kube, pin=None)
+        if placed is not None:
+            placeable.append((name, refusal(found[name]) or ""))
+    kube_pending = sum(1 for pod in runs["kube"][1].values() if not pod["spec"].get("nodeName"))
+    left = {name: refusal(found[name]) or "no reason given" for name in pending}
+    return Outcome(seed, len(scenario.pods), len(bound), len(pending), refused, placeable, kube_pending,
+                   overcommitted, left)
