@@ -3,8 +3,8 @@
 One loop thread owns the watched model (scheduler_core.watched), the queue and every decision;
 node and pod watches and the binder threads only post events to it, so the model needs no locks
 and an assumption is never raced by an update. A decision is assumed into the model at once and
-bound asynchronously (one Binding that carries the devices annotation, then a status condition that
-records them), so the loop never waits on an API round trip. A binding that fails is re-checked: the binder thread reads the pod and reports
+bound asynchronously (one Binding that carries the devices annotation, then, once the bindings pause, a
+status condition that records them), so the loop never waits on an API round trip. A binding that fails is re-checked: the binder thread reads the pod and reports
 what the API says; bound somewhere, the model follows; still pending (the same UID), the pod is
 retried after a backoff; gone, or another pod of its name, it is forgotten.
 """
@@ -34,6 +34,7 @@ from webhook import config
 log = logging.getLogger(__name__)
 
 REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedulable reason
+TRAILING_WAIT = 10.0  # seconds a bound pod's event and devices record wait at most for the bindings to pause
 WARMUP_RETRY = 30.0
 UNREAD = object()  # after a failed binding: the API could not be asked what became of the pod
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
@@ -57,9 +58,14 @@ class LiveScheduler:
         self.warming: dict[str, float] = {}
         self.promotions_per_second = promotions_per_second
         self.binder = ThreadPoolExecutor(binder_threads, thread_name_prefix="binder")
-        # Events, status reports and device records go through their own small pool, so they never hold up
-        # a binding, and at most two at a time compete with the bindings for the apiserver.
+        # Unschedulable reports go through their own small pool, so they never hold up a binding, and at
+        # most two at a time compete with the bindings for the apiserver.
         self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
+        # A bound pod's Scheduled event and devices record trail the bindings: they wait until no binding is in
+        # flight, up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
+        self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
+        self.binding_now = 0
+        self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
         self.alive = threading.Event()
         self.identity = f"gpu-scheduler-{uuid.uuid4().hex[:8]}"
@@ -87,6 +93,9 @@ class LiveScheduler:
         self.watches.stop()
         self.binder.shutdown(wait=False, cancel_futures=True)
         self.reporter.shutdown(wait=False, cancel_futures=True)
+        self.recorder.shutdown(wait=False, cancel_futures=True)
+        with self.bindings_pause:
+            self.bindings_pause.notify_all()  # a record waiting for a pause writes now, not at TRAILING_WAIT
 
     @property
     def synced(self) -> bool:
@@ -223,6 +232,8 @@ class LiveScheduler:
             self._report_unschedulable(pending, decision.reason or "unschedulable")
             return
         self.model.assume(pending.facts, decision.node, decision.devices, now=_now())
+        with self.bindings_pause:
+            self.binding_now += 1
         self.binder.submit(self._bind, pending, decision)
 
     def _bind(self, pending: watched.PendingPod, decision: framework.Decision) -> None:
@@ -231,10 +242,9 @@ class LiveScheduler:
 
         The devices travel on the Binding (see gpu_scheduler.runtime.binding): one call, and no pod is
         ever bound without its devices, so a restart restores them from the pod. Then the devices are
-        recorded where tenants cannot rewrite them (a status condition), by the reporter pool with the
-        Scheduled event: its two threads keep these writes from crowding the apiserver during a burst, as
-        kube-scheduler's single event sink does. Until its record lands, a pod is still told apart from a
-        tenant's edit by its managed fields (scheduler_core.watched).
+        recorded where tenants cannot rewrite them (a status condition), with the Scheduled event, by the
+        recorder pool once the bindings pause (_record_bound). Until its record lands, a pod is still told
+        apart from a tenant's edit by its managed fields (scheduler_core.watched).
         """
         try:
             binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
@@ -242,12 +252,26 @@ class LiveScheduler:
         except (ApiException, HTTPError, OSError) as err:
             self.events.put(("refused", pending, decision.node, err, self._read(pending)))
             return
+        finally:
+            with self.bindings_pause:
+                self.binding_now -= 1
+                if self.binding_now == 0:
+                    self.bindings_pause.notify_all()
         self.events.put(("bound", pending, decision.node))
-        self.reporter.submit(self._record_event, pending, "Normal", "Scheduled",
-                             f"Successfully assigned {pending.key} to {decision.node}")
+        self.recorder.submit(self._record_bound, pending, decision)
+
+    def _record_bound(self, pending: watched.PendingPod, decision: framework.Decision) -> None:
+        """Runs on a recorder thread: the devices record and the Scheduled event of a bound pod, written when
+        no binding is in flight or after TRAILING_WAIT. Each is a write the apiserver handles (and
+        watchers, this scheduler too, hear of) like a binding; during a burst they would take its time from
+        the bindings of the pods still waiting, which kube-scheduler's event sink, one write per pod, does not."""
+        with self.bindings_pause:
+            self.bindings_pause.wait_for(lambda: self.binding_now == 0 or self.stopped.is_set(),
+                                         timeout=TRAILING_WAIT)
         if decision.devices:
-            self.reporter.submit(binding.record_devices, self.api, namespace=pending.namespace, name=pending.name,
-                                 uid=pending.uid, devices=decision.devices)
+            binding.record_devices(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
+                                   devices=decision.devices)
+        self._record_event(pending, "Normal", "Scheduled", f"Successfully assigned {pending.key} to {decision.node}")
 
     def _read(self, pending: watched.PendingPod) -> Any:
         """The pod as the API has it (None: not found), or UNREAD when the API cannot be asked."""

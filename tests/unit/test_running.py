@@ -262,3 +262,39 @@ def test_the_selectors_of_services_and_controllers_reach_the_model_and_a_bad_one
     assert known.listed == {"Service"} and set(known.selectors["ReplicaSet"]["ns"]) == {"web-7d9"}
     scheduler._handle(("selectors", "StatefulSet", None))  # not a list: the handler survives it
     assert scheduler.model.rejected["StatefulSet"] == 1
+
+
+def test_a_bound_pods_devices_record_and_event_wait_while_other_bindings_are_in_flight(monkeypatch):
+    """During a burst the apiserver's time goes to bindings first; the records follow once they pause."""
+    release = threading.Event()
+    written: list[tuple[str, str]] = []
+
+    def bind(api, *, namespace, name, uid, node, devices=()):
+        if name == "slow":
+            assert release.wait(5)
+
+    monkeypatch.setattr(running.binding, "bind", bind)
+    ours = ("slow", "quick")  # a recorder thread of an earlier test's scheduler may still be writing its own
+    monkeypatch.setattr(running.binding, "record_devices",
+                        lambda api, **kw: kw["name"] in ours and written.append(("devices", kw["name"])))
+    monkeypatch.setattr(running.events, "record",
+                        lambda api, **kw: kw["name"] in ours and written.append((kw["reason"], kw["name"])))
+    live = running.LiveScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config.Config(),
+                                 binder_threads=2)
+    try:
+        live._handle(("node", "ADDED", node("a", gpus=2)))
+        for name in ("slow", "quick"):
+            live._handle(("pod", "ADDED", pending(name)))
+            schedule_next(live)
+        kind, bound_pod, where = live.events.get(timeout=5)
+        assert (kind, bound_pod.name, where) == ("bound", "quick", "a")
+        time.sleep(0.3)
+        assert written == []  # "quick" is bound, but "slow" is still binding
+        release.set()
+        deadline = time.monotonic() + 5
+        while len(written) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(written) == [("Scheduled", "quick"), ("Scheduled", "slow"), ("devices", "quick"),
+                                   ("devices", "slow")]
+    finally:
+        live.stop()
