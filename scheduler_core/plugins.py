@@ -339,20 +339,21 @@ def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         return np.zeros(rows.size)
     before: list[np.ndarray] = []
     after: list[np.ndarray] = []
-    counted = np.ones(rows.size, dtype=bool)  # nodes with some of each; on the others no fraction differs
+    counted = np.full(rows.size, 0.5)  # halves the deviation on nodes with some of each; 0 on the others
     for resource, request in zip(BALANCED_RESOURCES, requests):
         unit = 1 if resource == "cpu" else MILLI  # upstream's units (millicores, bytes), so fractions round alike
         column = cluster.resources[resource]
-        capacity = cluster.alloc[column][rows] // unit
-        used = cluster.used[column][rows] // unit
-        has = capacity > 0
-        counted &= has
-        for fractions, amount in ((before, used), (after, used + request // unit)):
-            fractions.append(np.minimum(np.divide(amount, capacity, out=np.zeros(rows.size), where=has), 1.0))
+        capacity = cluster.alloc[column, rows]
+        used = cluster.used[column, rows]
+        if unit != 1:
+            capacity, used = capacity // unit, used // unit
+        counted[capacity <= 0] = 0.0
+        divisor = np.maximum(capacity, 1)  # a node without the resource: any fraction, not counted
+        before.append(np.minimum(used / divisor, 1.0))
+        after.append(np.minimum((used + request // unit) / divisor, 1.0))
 
     def balance(fractions: list[np.ndarray]) -> np.ndarray:
-        deviation = np.where(counted, np.abs(fractions[0] - fractions[1]) / 2, 0.0)
-        return np.trunc((1.0 - deviation) * 100.0)
+        return np.trunc((1.0 - np.abs(fractions[0] - fractions[1]) * counted) * 100.0)
 
     return 50.0 + np.floor_divide(50.0 + balance(after) - balance(before), 2.0)
 

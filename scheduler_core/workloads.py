@@ -89,6 +89,7 @@ class Workload:
         self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
         self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._standing: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._models: tuple[tuple[int, int, int], list[str | None], np.ndarray] | None = None
 
     @classmethod
     def of(cls, pods: Iterable[PodFacts], *, typical_share: float = TYPICAL_SHARE) -> Workload:
@@ -159,7 +160,7 @@ class Workload:
         found = self._matches.get(key)
         if found is None:
             self._matches.clear()
-            found = self._matches[key] = _model_matrix(cluster, self.shapes().models)
+            found = self._matches[key] = self._model_matrix(cluster, self.shapes().models)
         return found
 
 
@@ -216,22 +217,26 @@ class Workload:
             for wanted, share in self.shapes().constrained:
                 if wanted == models:
                     continue
-                suits = _model_matrix(cluster, (wanted,))[:, 0]
+                suits = self._model_matrix(cluster, (wanted,))[:, 0]
                 own = float(capacity[suits].sum())
                 if own > 0:
                     found += np.where(suits, share * total / own, 0.0)
             self._contention[key] = found
         return found
 
-
-def _model_matrix(cluster: Cluster, wanted: Sequence[tuple[frozenset[str], ...]]) -> np.ndarray:
-    """rows x `wanted`: whether each node's GPU model suits each list of alternatives (() suits all)."""
-    names: dict[str | None, int] = {}
-    model_of_row = np.array([names.setdefault(facts.gpu_model if facts is not None else None, len(names))
-                             for facts in cluster.facts], dtype=np.int64)
-    verdicts = np.array([[not models or predicates.model_matches(models, name) for models in wanted]
-                         for name in names], dtype=bool).reshape(len(names), len(wanted))
-    return verdicts[model_of_row] if model_of_row.size else np.ones((0, len(wanted)), dtype=bool)
+    def _model_matrix(self, cluster: Cluster, wanted: Sequence[tuple[frozenset[str], ...]]) -> np.ndarray:
+        """rows x `wanted`: whether each node's GPU model suits each list of alternatives (() suits all).
+        Each row's model is looked up once per label change, not once per question (a pass over every node)."""
+        key = (id(cluster), cluster.labels_version, len(cluster.facts))
+        if self._models is None or self._models[0] != key:
+            names: dict[str | None, int] = {}
+            model_of_row = np.array([names.setdefault(facts.gpu_model if facts is not None else None, len(names))
+                                     for facts in cluster.facts], dtype=np.int64)
+            self._models = (key, list(names), model_of_row)
+        _, models_seen, model_of_row = self._models
+        verdicts = np.array([[not models or predicates.model_matches(models, name) for models in wanted]
+                             for name in models_seen], dtype=bool).reshape(len(models_seen), len(wanted))
+        return verdicts[model_of_row] if model_of_row.size else np.ones((0, len(wanted)), dtype=bool)
 
 
 # --- the free resources of nodes, and what a workload cannot use of them ------------------------
