@@ -56,7 +56,7 @@ def kinds_of(message: str) -> str:
     leaves out): what kept the pod from the nodes of its own pool."""
     _, _, listed = message.partition("are available: ")
     kinds = [re.sub(r"^\d+ ", "", part.strip().rstrip(".")) for part in (listed or message).split(", ")]
-    return ", ".join(kind for kind in kinds if "node affinity/selector" not in kind)
+    return ", ".join(sorted(kind for kind in kinds if "node affinity/selector" not in kind))
 
 
 def main() -> int:
