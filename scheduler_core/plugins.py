@@ -3,11 +3,14 @@
 A filter returns `(failing_rows_mask, reason)` pairs; a node counts under the first filter
 that rejects it (a filter may give one node several reasons, as NodeResourcesFit does).
 A score returns 0..100 per candidate row. Work that depends only on labels, taints or the
-pod's constraints is cached per (cluster labels version, constraint), not redone per pod.
+pod's constraints is cached per (cluster labels version, constraint), not redone per pod; a score
+that depends on a node's usage and a few facts of the pod is kept per row (`Cycle.by_row`) and
+recomputed only for the rows whose usage changed since.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +27,7 @@ BALANCED_RESOURCES = ("cpu", "memory")  # NodeResourcesBalancedAllocation's defa
 MIB = 1024 * 1024
 IMAGE_MIN = 23 * MIB  # ImageLocality: image sizes below this score 0 ...
 IMAGE_MAX_PER_CONTAINER = 1000 * MIB  # ... and this much per container of the pod scores 100
+BY_ROW_ENTRIES = 64  # per-row score caches kept (each two arrays of the cluster's size), least recently used out
 
 
 @dataclass
@@ -51,6 +55,29 @@ class Cycle:
                 self.caches.clear()
             found = self.caches[full_key] = compute()
         return found
+
+    def by_row(self, key: Any, rows: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`compute(rows)`, for a per-row function of each node's facts and usage and of `key` (what it reads
+        of the pod), kept between decisions: only rows changed since (`Cluster.row_version`) are computed
+        again, so a decision after a binding recomputes one row instead of every candidate. `compute` may be
+        given any row, a removed node's too (all zeros)."""
+        cluster, size = self.cluster, self.cluster.size
+        kept: OrderedDict[Any, tuple[np.ndarray, np.ndarray]] = self.caches.setdefault("by-row", OrderedDict())
+        full_key = (key, cluster.labels_version, size)
+        entry = kept.get(full_key)
+        if entry is None:
+            if len(kept) >= BY_ROW_ENTRIES:
+                kept.popitem(last=False)
+            entry = kept[full_key] = (np.full(size, -1, dtype=np.int64), np.zeros(size))
+        else:
+            kept.move_to_end(full_key)
+        seen, values = entry
+        versions = cluster.row_version[:size]
+        stale = np.flatnonzero(seen != versions)  # every changed row, candidate or not: cheaper than picking
+        if stale.size:
+            values[stale] = compute(stale)
+            seen[stale] = versions[stale]
+        return values[rows]
 
 
 # --- filters ----------------------------------------------------------------------------------
@@ -315,15 +342,20 @@ def gpu_placement(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 def node_resources(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """MostAllocated (binpack) or LeastAllocated (spread) over cpu and memory, as upstream."""
-    cluster = cycle.cluster
-    scores = np.zeros(rows.size)
-    for resource in ("cpu", "memory"):
-        column = cluster.resources[resource]
-        capacity = cluster.alloc[column][rows].astype(float)
-        requested = cluster.used[column][rows] + cycle.pod.requests.get(resource, 0)
-        share = np.minimum(requested, capacity) / np.maximum(capacity, 1.0)
-        scores += 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
-    return scores / 2.0
+    cluster, policy = cycle.cluster, cycle.node_policy
+    requests = tuple(cycle.pod.requests.get(resource, 0) for resource in ("cpu", "memory"))
+
+    def compute(subset: np.ndarray) -> np.ndarray:
+        scores = np.zeros(subset.size)
+        for resource, request in zip(("cpu", "memory"), requests):
+            column = cluster.resources[resource]
+            capacity = cluster.alloc[column][subset].astype(float)
+            requested = cluster.used[column][subset] + request
+            share = np.minimum(requested, capacity) / np.maximum(capacity, 1.0)
+            scores += 100.0 * share if policy == "binpack" else 100.0 * (1.0 - share)
+        return scores / 2.0
+
+    return cycle.by_row(("node-resources", policy, requests), rows, compute)
 
 
 def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
@@ -337,25 +369,29 @@ def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     requests = [pod.requests.get(resource, 0) for resource in BALANCED_RESOURCES]
     if not any(requests):
         return np.zeros(rows.size)
-    before: list[np.ndarray] = []
-    after: list[np.ndarray] = []
-    counted = np.full(rows.size, 0.5)  # halves the deviation on nodes with some of each; 0 on the others
-    for resource, request in zip(BALANCED_RESOURCES, requests):
-        unit = 1 if resource == "cpu" else MILLI  # upstream's units (millicores, bytes), so fractions round alike
-        column = cluster.resources[resource]
-        capacity = cluster.alloc[column, rows]
-        used = cluster.used[column, rows]
-        if unit != 1:
-            capacity, used = capacity // unit, used // unit
-        counted[capacity <= 0] = 0.0
-        divisor = np.maximum(capacity, 1)  # a node without the resource: any fraction, not counted
-        before.append(np.minimum(used / divisor, 1.0))
-        after.append(np.minimum((used + request // unit) / divisor, 1.0))
 
-    def balance(fractions: list[np.ndarray]) -> np.ndarray:
-        return np.trunc((1.0 - np.abs(fractions[0] - fractions[1]) * counted) * 100.0)
+    def compute(subset: np.ndarray) -> np.ndarray:
+        before: list[np.ndarray] = []
+        after: list[np.ndarray] = []
+        counted = np.full(subset.size, 0.5)  # halves the deviation on nodes with some of each; 0 on the others
+        for resource, request in zip(BALANCED_RESOURCES, requests):
+            unit = 1 if resource == "cpu" else MILLI  # upstream's units (millicores, bytes): fractions round alike
+            column = cluster.resources[resource]
+            capacity = cluster.alloc[column, subset]
+            used = cluster.used[column, subset]
+            if unit != 1:
+                capacity, used = capacity // unit, used // unit
+            counted[capacity <= 0] = 0.0
+            divisor = np.maximum(capacity, 1)  # a node without the resource: any fraction, not counted
+            before.append(np.minimum(used / divisor, 1.0))
+            after.append(np.minimum((used + request // unit) / divisor, 1.0))
 
-    return 50.0 + np.floor_divide(50.0 + balance(after) - balance(before), 2.0)
+        def balance(fractions: list[np.ndarray]) -> np.ndarray:
+            return np.trunc((1.0 - np.abs(fractions[0] - fractions[1]) * counted) * 100.0)
+
+        return 50.0 + np.floor_divide(50.0 + balance(after) - balance(before), 2.0)
+
+    return cycle.by_row(("balanced-allocation", *requests), rows, compute)
 
 
 def image_locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:

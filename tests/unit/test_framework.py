@@ -190,3 +190,24 @@ def test_a_pod_goes_where_its_images_are_already():
     holder["status"]["images"] = [{"names": ["x:latest"], "sizeBytes": 500 * 2**20}]
     decision = scheduler(node("a"), holder).decide(facts(pod("p", gpus=1)), explain=True)
     assert decision.node == "b" and decision.scores["b"]["image-locality"] > decision.scores["a"]["image-locality"]
+
+
+def test_scores_kept_per_row_between_decisions_equal_scores_computed_afresh():
+    """balanced-allocation and node-resources keep each node's score until its usage changes (Cycle.by_row);
+    after every placement, a node removed and one added, they must read as a fresh framework computes them."""
+    from scheduler_core import framework, nodes
+
+    kept = scheduler(*(node(name, cpu=cpu, memory=memory) for name, cpu, memory in
+                       [("a", "16", "64Gi"), ("b", "32", "64Gi"), ("c", "64", "128Gi"), ("d", "16", "256Gi")]))
+
+    def plugin_scores(core):
+        decision = core.decide(facts(pod("probe", gpus=1, cpu="3", mem="10Gi")), explain=True)
+        return {name: (parts["balanced-allocation"], parts["node-resources"])
+                for name, parts in decision.scores.items()}
+
+    for step in range(8):
+        assert kept.place(facts(pod(f"p{step}", gpus=1, cpu="3", mem="10Gi"))).node is not None
+        if step == 3:
+            kept.cluster.remove_node("b")
+            kept.cluster.set_node(nodes.parse(node("e", cpu="8", memory="32Gi")))
+        assert plugin_scores(kept) == plugin_scores(framework.Framework(kept.cluster)), step
