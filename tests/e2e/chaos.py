@@ -92,6 +92,11 @@ class LatencyProxy:
                 self._server.close()
             for writer in list(self._open):
                 writer.transport.abort()
+            # ended here, not garbage-collected on a stopped loop (where they warn "coroutine ignored GeneratorExit")
+            serving = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in serving:
+                task.cancel()
+            await asyncio.gather(*serving, return_exceptions=True)
 
         self._call(close())
         self._loop.call_soon_threadsafe(self._loop.stop)
