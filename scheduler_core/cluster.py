@@ -9,8 +9,9 @@ idle GPU), so whole-GPU pods take idle devices and shares pack onto one device.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,28 @@ class Assignment:
     pod: PodFacts
     node: int
     devices: tuple[Device, ...]
+
+
+class RowMemo:
+    """Per-row results of a function of each node's facts and usage, kept between decisions: only the rows
+    whose `Cluster.row_version` moved since are computed again, so a decision after one binding recomputes
+    one row instead of every candidate. Keyed by the caller on what else the function reads (the pod's
+    shape, the labels version, the cluster's size)."""
+
+    def __init__(self, size: int, *dtypes: Any):
+        self.seen = np.full(size, -1, dtype=np.int64)
+        self.columns = tuple(np.zeros(size, dtype=dtype) for dtype in dtypes)
+
+    def read(self, cluster: Cluster, rows: np.ndarray,
+             compute: Callable[[np.ndarray], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        """The columns at `rows`; `compute(stale rows)` gives one array per column."""
+        versions = cluster.row_version[: self.seen.size]
+        stale = rows[self.seen[rows] != versions[rows]]
+        if stale.size:
+            for column, fresh in zip(self.columns, compute(stale)):
+                column[stale] = fresh
+            self.seen[stale] = versions[stale]
+        return tuple(column[rows] for column in self.columns)
 
 
 class Cluster:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import podaffinity, predicates, spread, workloads
-from scheduler_core.cluster import Cluster
+from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
 
@@ -58,26 +58,18 @@ class Cycle:
 
     def by_row(self, key: Any, rows: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """`compute(rows)`, for a per-row function of each node's facts and usage and of `key` (what it reads
-        of the pod), kept between decisions: only rows changed since (`Cluster.row_version`) are computed
-        again, so a decision after a binding recomputes one row instead of every candidate. `compute` may be
-        given any row, a removed node's too (all zeros)."""
-        cluster, size = self.cluster, self.cluster.size
-        kept: OrderedDict[Any, tuple[np.ndarray, np.ndarray]] = self.caches.setdefault("by-row", OrderedDict())
-        full_key = (key, cluster.labels_version, size)
-        entry = kept.get(full_key)
-        if entry is None:
+        of the pod), kept between decisions in a `RowMemo` (the least recently used dropped past
+        BY_ROW_ENTRIES)."""
+        kept: OrderedDict[Any, RowMemo] = self.caches.setdefault("by-row", OrderedDict())
+        full_key = (key, self.cluster.labels_version, self.cluster.size)
+        memo = kept.get(full_key)
+        if memo is None:
             if len(kept) >= BY_ROW_ENTRIES:
                 kept.popitem(last=False)
-            entry = kept[full_key] = (np.full(size, -1, dtype=np.int64), np.zeros(size))
+            memo = kept[full_key] = RowMemo(self.cluster.size, float)
         else:
             kept.move_to_end(full_key)
-        seen, values = entry
-        versions = cluster.row_version[:size]
-        stale = np.flatnonzero(seen != versions)  # every changed row, candidate or not: cheaper than picking
-        if stale.size:
-            values[stale] = compute(stale)
-            seen[stale] = versions[stale]
-        return values[rows]
+        return memo.read(self.cluster, rows, lambda stale: (compute(stale),))[0]
 
 
 # --- filters ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import predicates
-from scheduler_core.cluster import Cluster
+from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import PodFacts
 
@@ -87,8 +87,8 @@ class Workload:
         self._changes = 0
         self._matches: dict[tuple[int, int], np.ndarray] = {}
         self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
-        self._costs: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._standing: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._costs: dict[tuple[Any, ...], RowMemo] = {}
+        self._standing: tuple[tuple[int, int], RowMemo] | None = None
         self._models: tuple[tuple[int, int, int], list[str | None], np.ndarray] | None = None
 
     @classmethod
@@ -169,39 +169,28 @@ class Workload:
         """A per-row cost of placing pods of one shape, and the GPU a share would take (-1: the
         framework's choice), kept between decisions: only rows whose usage or facts changed since
         (`Cluster.row_version`) are computed again."""
-        size = cluster.size
-        key = (*key, cluster.labels_version, size)
-        entry = self._costs.get(key)
-        if entry is None:
+        key = (*key, cluster.labels_version, cluster.size)
+        memo = self._costs.get(key)
+        if memo is None:
             if len(self._costs) >= 256:
                 self._costs.clear()
-            entry = self._costs[key] = (np.full(size, -1, dtype=np.int64), np.zeros(size),
-                                        np.full(size, -1, dtype=np.int64))
-        seen, cost, device = entry
-        versions = cluster.row_version[:size]
-        stale = rows[seen[rows] != versions[rows]]
-        if stale.size:
-            cost[stale], device[stale] = compute(stale)
-            seen[stale] = versions[stale]
-        return cost[rows], device[rows]
+            memo = self._costs[key] = RowMemo(cluster.size, float, np.int64)
+        cost, device = memo.read(cluster, rows, compute)
+        return cost, device
 
     def standing(self, cluster: Cluster, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(fragmentation, stranding) of rows as they are now, kept per row version like `cost`:
         shared by every pod shape, so each changed row is measured once."""
-        size = cluster.size
-        key = (cluster.labels_version, size)
+        key = (cluster.labels_version, cluster.size)
         if self._standing is None or self._standing[0] != key:
-            self._standing = (key, np.full(size, -1, dtype=np.int64), np.zeros(size), np.zeros(size))
-        _, seen, fragmented, stranded = self._standing
-        versions = cluster.row_version[:size]
-        stale = rows[seen[rows] != versions[rows]]
-        if stale.size:
-            shapes = self.shapes()
-            state = state_of(cluster, stale)
-            fragmented[stale] = fragmentation(state, shapes, self.matches(cluster)[stale])
-            stranded[stale] = stranding(state, shapes)
-            seen[stale] = versions[stale]
-        return fragmented[rows], stranded[rows]
+            self._standing = (key, RowMemo(cluster.size, float, float))
+
+        def measure(stale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            shapes, state = self.shapes(), state_of(cluster, stale)
+            return fragmentation(state, shapes, self.matches(cluster)[stale]), stranding(state, shapes)
+
+        fragmented, stranded = self._standing[1].read(cluster, rows, measure)
+        return fragmented, stranded
 
     def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
         """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh

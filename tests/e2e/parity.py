@@ -220,21 +220,24 @@ class Outcome:
     seed: int
     pods: int
     bound: int
-    pending: int
+    left: dict[str, str]  # pods ours left pending, with its reason
     refused: list[str]  # bindings of ours kube-scheduler's filters refuse, each with its message
-    placeable: list[tuple[str, str]]  # pods ours left pending that kube-scheduler places in ours' final state
+    placeable: list[str]  # pods ours left pending that kube-scheduler places in ours' final state
     kube_pending: int  # pods kube-scheduler alone left pending, from the same start
     overcommitted: list[str]
-    left: dict[str, str]  # pods ours left pending, with its reason
+
+    @property
+    def pending(self) -> int:
+        return len(self.left)
 
     @property
     def unsupported(self) -> list[str]:
-        return [name for name, reason in self.placeable if UNSUPPORTED in reason]
+        return [name for name in self.placeable if UNSUPPORTED in self.left[name]]
 
     @property
     def missed(self) -> list[str]:
         """Pods ours left pending for no reason of its own, yet kube-scheduler places: a divergence."""
-        return [f"{name}: {reason}" for name, reason in self.placeable if UNSUPPORTED not in reason]
+        return [f"{name}: {self.left[name]}" for name in self.placeable if UNSUPPORTED not in self.left[name]]
 
     def summary(self) -> str:
         return (f"seed {self.seed}: {self.pods} pods; ours bound {self.bound}, left {self.pending} pending "
@@ -270,13 +273,11 @@ def compare(api: Any, seed: int, *, prefix: str, ours: str, kube: str, start_our
         placed, message = ask_kube_scheduler(core, namespace, found[name], bodies[name], kube, pin=node)
         if placed != node:
             refused.append(f"{name} on {node}: kube-scheduler says {message}; {gpus_on(core, node)}")
-    pending = sorted(name for name in found if name not in bound)
+    left = {name: refusal(found[name]) or "no reason given" for name in sorted(found) if name not in bound}
     placeable = []
-    for name in pending:  # offered to kube-scheduler in ours' final state, then taken away again
+    for name in left:  # offered to kube-scheduler in ours' final state, then taken away again
         placed, _ = ask_kube_scheduler(core, namespace, found[name], bodies[name], kube, pin=None)
         if placed is not None:
-            placeable.append((name, refusal(found[name]) or ""))
+            placeable.append(name)
     kube_pending = sum(1 for pod in runs["kube"][1].values() if not pod["spec"].get("nodeName"))
-    left = {name: refusal(found[name]) or "no reason given" for name in pending}
-    return Outcome(seed, len(scenario.pods), len(bound), len(pending), refused, placeable, kube_pending,
-                   overcommitted, left)
+    return Outcome(seed, len(scenario.pods), len(bound), left, refused, placeable, kube_pending, overcommitted)
