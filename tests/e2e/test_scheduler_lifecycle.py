@@ -92,14 +92,17 @@ def test_only_the_leader_binds_and_a_standby_takes_over(scheduler_kubeconfig, ap
         wait_for(lambda: bound(core, ns) == 20, "the leader to bind")
         leader = next(p for p in instances if metric(p, "gpu_scheduler_leader") == 1)
         standby = next(p for p in instances if p is not leader)
-        assert metric(leader, 'gpu_scheduler_schedule_attempts_total{result="scheduled"}') >= 20
+        # the counter moves when the loop hears back from the binder thread, just after the API shows the pod bound
+        wait_for(lambda: metric(leader, 'gpu_scheduler_schedule_attempts_total{result="scheduled"}') >= 20,
+                 "the leader to count its bindings")
         assert metric(standby, 'gpu_scheduler_schedule_attempts_total{result="scheduled"}') == 0
 
         leader.stop(kill=True)
         create_pods(core, ns, 20, "b")
         wait_for(lambda: metric(standby, "gpu_scheduler_leader") == 1, "the standby to take the lease", timeout=60)
         wait_for(lambda: bound(core, ns) == 40, "the new leader to bind the rest", timeout=60)
-        assert metric(standby, 'gpu_scheduler_schedule_attempts_total{result="scheduled"}') >= 20
+        wait_for(lambda: metric(standby, 'gpu_scheduler_schedule_attempts_total{result="scheduled"}') >= 20,
+                 "the new leader to count its bindings")
     finally:
         for process in instances:
             process.stop()
