@@ -227,7 +227,8 @@ class ClusterWatches:
     """The Node, Pod and Namespace watches both scheduler modes keep their model by (pods that still hold
     resources; namespaces for the labels that pod affinity's namespaceSelector reads), and for `run` the Service,
     ReplicationController, ReplicaSet and StatefulSet watches (their selectors, for system default spreading; the
-    extender leaves spreading to kube-scheduler).
+    extender leaves spreading to kube-scheduler), and the storage watches (claims, volumes, classes, CSI objects;
+    the extender leaves volumes to kube-scheduler too).
 
     Deciding waits for the reflectors named in `waits_for` (all by default; Nodes and Pods from `of_cluster`):
     until the Namespaces have listed, the model itself holds back only the pods whose terms read namespace
@@ -242,9 +243,12 @@ class ClusterWatches:
                    on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None],
                    on_namespaces: Callable[[list[Any]], None], on_namespace: Callable[[str, Any], None],
                    apps: Any = None, on_selectors: Callable[[str, list[Any]], None] | None = None,
-                   on_selector: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
+                   on_selector: Callable[[str, str, Any], None] | None = None, storage: Any = None,
+                   on_storage_list: Callable[[str, list[Any]], None] | None = None,
+                   on_storage: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
         """Given `apps` (an AppsV1Api) and the selector callbacks, which take the object's kind first, the
-        selector watches too."""
+        selector watches too; given `storage` (a StorageV1Api) and the storage callbacks, the watches of the
+        objects the volume plugins read (scheduler_core.volumes.KINDS)."""
         reflectors = [
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
@@ -260,6 +264,17 @@ class ClusterWatches:
                 reflectors.append(Reflector(list_call, name=f"{kind}s",
                                             on_replace=functools.partial(on_selectors, kind),
                                             on_event=functools.partial(on_selector, kind)))
+        if storage is not None and on_storage_list is not None and on_storage is not None:
+            for kind, list_call in (("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
+                                    ("PersistentVolume", core.list_persistent_volume),
+                                    ("StorageClass", storage.list_storage_class),
+                                    ("CSINode", storage.list_csi_node),
+                                    ("CSIDriver", storage.list_csi_driver),
+                                    ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
+                                    ("VolumeAttachment", storage.list_volume_attachment)):
+                reflectors.append(Reflector(list_call, name=f"{kind}s",
+                                            on_replace=functools.partial(on_storage_list, kind),
+                                            on_event=functools.partial(on_storage, kind)))
         return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:

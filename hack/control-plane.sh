@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (once) the binaries of a local Kubernetes control plane for the e2e tests:
-# etcd, kube-apiserver, kube-scheduler and kubectl, from the Go module proxy with this
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, from the Go module proxy with this
 # machine's Go toolchain, and kustomize-v5.5.0, the kustomize that kubectl v1.32 embeds (the
 # tests build every kustomization under manifests/ with both). Nothing is downloaded as a
 # prebuilt binary and nothing lands in the repository: the generated build modules and the
@@ -40,7 +40,7 @@ BIN_DIR="$OUT_DIR/bin"
 WORK_DIR="$OUT_DIR/build"
 STAMP="$OUT_DIR/.stamp"
 CRD_DIR="$OUT_DIR/crds/cert-manager"
-BINARIES=(etcd kube-apiserver kube-scheduler kubectl "kustomize-$KUSTOMIZE_VERSION")
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl "kustomize-$KUSTOMIZE_VERSION")
 
 # "v1.36.3" -> major 1, minor 36, staging modules v0.36.3
 if [[ ! "$KUBE_VERSION" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
@@ -122,8 +122,8 @@ find_go() {
 }
 
 stamp_text() {
-    printf 'kubernetes=%s staging=%s etcd=%s kustomize=%s\n' "$KUBE_VERSION" "$STAGING_VERSION" "$ETCD_VERSION" \
-        "$KUSTOMIZE_VERSION"
+    printf 'kubernetes=%s staging=%s etcd=%s kustomize=%s binaries=%s\n' "$KUBE_VERSION" "$STAGING_VERSION" \
+        "$ETCD_VERSION" "$KUSTOMIZE_VERSION" "${BINARIES[*]}"
 }
 
 all_binaries_present() {
@@ -141,6 +141,7 @@ cmd_versions() {
     # first lines taken in bash: `cmd | head -n1` under pipefail fails when cmd gets SIGPIPE (exit 141)
     printf 'etcd:           %s\n' "$(first_line "$BIN_DIR/etcd" --version)"
     printf 'kube-apiserver: %s\n' "$(first_line "$BIN_DIR/kube-apiserver" --version)"
+    printf 'kube-controller-manager: %s\n' "$(first_line "$BIN_DIR/kube-controller-manager" --version)"
     printf 'kube-scheduler: %s\n' "$(first_line "$BIN_DIR/kube-scheduler" --version)"
     printf 'kubectl:        %s\n' "$(first_line "$BIN_DIR/kubectl" version --client)"
     printf 'kustomize:      %s\n' "$(first_line "$BIN_DIR/kustomize-$KUSTOMIZE_VERSION" version)"
@@ -224,8 +225,9 @@ build_kubernetes() {
     step "resolve dependencies of k8s.io/kubernetes@$KUBE_VERSION"
     run "go get the kubernetes commands (k8s.io/kubernetes $KUBE_VERSION, staging modules $STAGING_VERSION)" \
         "$GO_BIN" get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
         "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION"
-    for b in kube-apiserver kube-scheduler kubectl; do
+    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
         BUILT=$((BUILT + 1))
         step "build $BUILT/${#BINARIES[@]}: $b (k8s.io/kubernetes/cmd/$b@$KUBE_VERSION)"
         [[ $b != kube-apiserver ]] || log "    the longest: 6-9 minutes on 2 cores, silent but for the lines below"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import fields, podaffinity, spread
+from scheduler_core import fields, podaffinity, spread, volumes
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
 from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
 
@@ -77,6 +77,7 @@ class Cluster:
         self.namespace_labels: dict[str, Mapping[str, str]] | None = None
         self.namespaces_version = 0  # bumped when namespaces or their labels change
         self.default_selectors = spread.DefaultSelectors()  # for the system default spread constraints
+        self.storage = volumes.Storage()  # claims, volumes, classes and CSI limits, for the volume plugins
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True
@@ -312,6 +313,8 @@ class Cluster:
         self.node_pods[row].discard(key)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
+        if pod.volumes:
+            self.storage.use(pod.namespace, key, pod.volumes, sign=-1)
         self._count_labels(row, pod, sign=-1)
         return assignment
 
@@ -348,6 +351,8 @@ class Cluster:
         self.node_pods[row].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
+        if pod.volumes:
+            self.storage.use(pod.namespace, pod.identity, pod.volumes, sign=1)
         self._count_labels(row, pod, sign=1)
 
     def _add_requests(self, row: int, pod: PodFacts, sign: int) -> None:

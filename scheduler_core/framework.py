@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins, pods, profile, workloads
+from scheduler_core import placement, plugins, pods, profile, volumes, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
@@ -28,6 +28,7 @@ class Decision:
     devices: tuple[Device, ...] = ()
     reason: str | None = None  # why not, when node is None
     scores: dict[str, dict[str, float]] | None = None  # explain: node -> plugin -> weighted score
+    volume_plan: volumes.Plan | None = None  # claims to bind or provision on `node` before the pod is bound there
 
 
 class Framework:
@@ -68,6 +69,10 @@ class Framework:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
         self.workload.observe(pod)
         cycle = self._cycle(pod)
+        for _, pre_filter in plugins.PRE_FILTERS:
+            message = pre_filter(cycle)
+            if message is not None:
+                return Decision(pod.key, None, reason=f"0/{cluster.node_count} nodes are available: {message}.")
         alive = cluster.present[: cluster.size].copy()
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
@@ -102,7 +107,7 @@ class Framework:
                 }
                 for r in top
             }
-        return Decision(pod.key, node, devices, scores=scores)
+        return Decision(pod.key, node, devices, scores=scores, volume_plan=plugins.volume_plan(cycle, row))
 
     def _pre_score_problem(self, pod: PodFacts) -> str | None:
         """Why kube-scheduler's PreScore fails the pod, in its plugins' order: what a score plugin in use scores

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import podaffinity, predicates, spread, workloads
+from scheduler_core import podaffinity, predicates, spread, volumes, workloads
 from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
@@ -262,6 +262,163 @@ def _domains(cycle: Cycle, missing: str | None = None) -> Callable[[str], podaff
     return domains
 
 
+STORAGE_UNKNOWN = ("not checked against its volumes: the storage objects (PersistentVolumeClaims, PersistentVolumes, "
+                   "StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments) not listed yet")
+
+
+def volume_restrictions_pre(cycle: Cycle) -> str | None:
+    """VolumeRestrictions' PreFilter: a claim the pod names must exist. (Also where a pod with claims waits until
+    the storage objects have been listed at all.)"""
+    pod, storage = cycle.pod, cycle.cluster.storage
+    if not pod.volumes:
+        return None
+    if pod.volumes.claims and not storage.ready:
+        return STORAGE_UNKNOWN
+    problem, used = volumes.restrictions_pre_filter(storage, pod.namespace, pod.volumes)
+    cycle.extras["rwop-used"] = used
+    return problem
+
+
+def volume_binding_pre(cycle: Cycle) -> str | None:
+    """VolumeBinding's PreFilter: the pod's claims exist, are usable, and none is an unbound Immediate one."""
+    pod = cycle.pod
+    if not pod.volumes or not pod.volumes.claims:
+        return None
+    name = pod.key.partition("/")[2]
+    found = volumes.binding_pre_filter(cycle.cluster.storage, pod.namespace, name, pod.uid, pod.volumes)
+    if isinstance(found, str):
+        return found
+    cycle.extras["claims"] = found
+    return None
+
+
+def volume_zone_pre(cycle: Cycle) -> str | None:
+    """VolumeZone's PreFilter: the zone labels of the pod's bound volumes."""
+    pod = cycle.pod
+    if not pod.volumes or not pod.volumes.claims:
+        return None
+    found = volumes.zone_pre_filter(cycle.cluster.storage, pod.namespace, pod.volumes)
+    if isinstance(found, str):
+        return found
+    cycle.extras["zones"] = found
+    return None
+
+
+# PreFilters that reject a pod whatever the node, in upstream's order; each returns its message, or None.
+PRE_FILTERS: tuple[tuple[str, Callable[[Cycle], str | None]], ...] = (
+    ("VolumeRestrictions", volume_restrictions_pre),
+    ("VolumeBinding", volume_binding_pre),
+    ("VolumeZone", volume_zone_pre),
+)
+
+
+def _each_node(cycle: Cycle) -> list[tuple[int, Any]]:
+    return [(row, facts) for row, facts in enumerate(cycle.cluster.facts) if facts is not None]
+
+
+def volume_restrictions(cycle: Cycle) -> Failures:
+    """VolumeRestrictions: an inline disk (GCE PD, EBS, iSCSI, RBD) mounted by a pod on the node already, and a
+    ReadWriteOncePod claim some placed pod uses (every node then)."""
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.volumes:
+        return []
+    failures: Failures = []
+    if pod.volumes.disks:
+        taken = np.zeros(cycle.rows, dtype=bool)
+        for row, pods_there in cluster.node_pods.items():
+            disks = [disk for uid in pods_there if (other := cluster.assignments[uid].pod.volumes) is not None
+                     for disk in other.disks]
+            taken[row] = any(volumes.conflicts(disk, other) for disk in pod.volumes.disks for other in disks)
+        failures.append((taken, volumes.DISK_CONFLICT))
+    if cycle.extras.get("rwop-used"):
+        failures.append((np.ones(cycle.rows, dtype=bool), volumes.RWOP_CONFLICT))
+    return failures
+
+
+def node_volume_limits(cycle: Cycle) -> Failures:
+    """NodeVolumeLimits: the CSI volumes the pod adds to a node, per driver, within the node's CSINode limits."""
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.volumes:
+        return []
+    storage, name = cluster.storage, pod.key.partition("/")[2]
+    errors: dict[str, np.ndarray] = {}
+    over = np.zeros(cycle.rows, dtype=bool)
+    for row, facts in _each_node(cycle):
+        limits = storage.csi_nodes.get(facts.name)
+        new = volumes.attachable(storage, pod.namespace, name, pod.uid, pod.volumes, has_csi_node=limits is not None,
+                                 new=True)
+        if isinstance(new, str):
+            errors.setdefault(new, np.zeros(cycle.rows, dtype=bool))[row] = True
+            continue
+        if not new or not limits or all(limit is None for limit in limits.values()):
+            continue
+        attached: dict[str, str] = {}
+        for uid in cluster.node_pods.get(row, ()):
+            other = cluster.assignments[uid].pod
+            if other.volumes:
+                found = volumes.attachable(storage, other.namespace, other.key.partition("/")[2], other.uid,
+                                           other.volumes, has_csi_node=True, new=False)
+                attached.update(found if isinstance(found, dict) else {})
+        counts: dict[str, int] = {}
+        for driver in attached.values():
+            counts[driver] = counts.get(driver, 0) + 1
+        for node, attacher, pv_name in storage.attachments.values():  # attached, by pods gone or not seen yet
+            volume = storage.volume(pv_name)
+            if node == facts.name and volume is not None and volume.csi is not None and not volume.migrated \
+                    and f"{attacher}/{volume.csi[1]}" not in attached:
+                counts[attacher] = counts.get(attacher, 0) + 1
+        adding: dict[str, int] = {}
+        for unique, driver in new.items():
+            if unique not in attached:
+                adding[driver] = adding.get(driver, 0) + 1
+        over[row] = any(limits.get(driver) is not None and counts.get(driver, 0) + count > (limits[driver] or 0)
+                        for driver, count in adding.items())
+    return [(mask, reason) for reason, mask in errors.items()] + [(over, volumes.MAX_VOLUME_COUNT)]
+
+
+def volume_binding(cycle: Cycle) -> Failures:
+    """VolumeBinding: bound claims' volumes reachable from the node; unbound WaitForFirstConsumer claims satisfiable
+    there by an available volume, or by provisioning where the class's topology and published capacity allow."""
+    claims = cycle.extras.get("claims")
+    if claims is None or not (claims.bound or claims.delayed):
+        return []
+    storage = cycle.cluster.storage
+    masks: dict[str, np.ndarray] = {}
+    for row, facts in _each_node(cycle):
+        try:
+            reasons, _ = volumes.find(storage, claims, facts.name, facts.labels)
+        except volumes.ClaimError as err:
+            reasons = [str(err)]
+        for reason in reasons:
+            masks.setdefault(reason, np.zeros(cycle.rows, dtype=bool))[row] = True
+    order = {reason: i for i, reason in enumerate(volumes.BINDING_REASONS)}
+    return [(mask, reason) for reason, mask in sorted(masks.items(), key=lambda item: order.get(item[0], -1))]
+
+
+def volume_plan(cycle: Cycle, row: int) -> volumes.Plan | None:
+    """VolumeBinding's choice for the chosen node: what to bind or provision before the pod is bound there."""
+    claims = cycle.extras.get("claims")
+    if claims is None or not claims.delayed:
+        return None
+    facts = cycle.cluster.node(row)
+    _, plan = volumes.find(cycle.cluster.storage, claims, facts.name, facts.labels)
+    return plan
+
+
+def volume_zone(cycle: Cycle) -> Failures:
+    """VolumeZone: the zone and region labels of the pod's bound volumes against the node's."""
+    zones = cycle.extras.get("zones")
+    if not zones:
+        return []
+
+    def compute() -> np.ndarray:
+        fails = np.zeros(cycle.rows, dtype=bool)
+        for row, facts in _each_node(cycle):
+            fails[row] = not volumes.zone_fits(zones, facts.labels)
+        return fails
+    return [(cycle.cached(("volume-zone", tuple(zones)), compute), volumes.ZONE_CONFLICT)]
+
+
 SPREAD_MISMATCH = "node(s) didn't match pod topology spread constraints"
 SPREAD_MISSING_LABEL = SPREAD_MISMATCH + " (missing required label)"
 
@@ -298,11 +455,16 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("GPUMemory", gpu_memory),
     ("NodeResourcesFit", resources_fit),
     ("GPUDevices", gpu_devices),
+    ("VolumeRestrictions", volume_restrictions),
+    ("NodeVolumeLimits", node_volume_limits),
+    ("VolumeBinding", volume_binding),
+    ("VolumeZone", volume_zone),
     ("PodTopologySpread", pod_topology_spread),
     ("InterPodAffinity", inter_pod_affinity),
 )
-# Filters the extender leaves out: kube-scheduler has evaluated them before it asks.
-KUBE_SCHEDULER_FILTERS = frozenset({"PodTopologySpread", "InterPodAffinity"})
+# Filters the extender leaves out: kube-scheduler has evaluated them before it asks (PRE_FILTERS too).
+KUBE_SCHEDULER_FILTERS = frozenset({"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
+                                    "PodTopologySpread", "InterPodAffinity"})
 
 
 # --- scores -----------------------------------------------------------------------------------

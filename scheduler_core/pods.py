@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from scheduler_core import fields, podaffinity, predicates, quantity, requests, spread
+from scheduler_core import fields, podaffinity, predicates, quantity, requests, spread, volumes
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -85,13 +85,14 @@ class PodFacts:
     images: tuple[tuple[str, int], ...]  # (image, how many containers or image volumes use it), for ImageLocality
     containers: int  # containers and init containers, which scale ImageLocality's score
     # Fields that constrain where the pod may run which the core does not evaluate yet (paths, e.g.
-    # `spec.volumes[0].persistentVolumeClaim`): the standalone scheduler never binds such a pod, rather than
+    # `spec.resourceClaims`, a DRA claim): the standalone scheduler never binds such a pod, rather than
     # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
     unsupported: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     pod_affinity: podaffinity.PodAffinity | None = None  # inter-pod affinity terms; None: it has none
     topology_spread: spread.TopologySpread | None = None  # topology spread constraints; None: it has none
     controller: spread.Controller | None = None  # its ReplicationController, ReplicaSet or StatefulSet, if any
+    volumes: volumes.PodVolumes | None = None  # claims and disks the volume plugins read; None: none
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
 
     @property
@@ -189,6 +190,7 @@ def parse(
         topology_spread=topology_spread,
         controller=spread.controller_of(metadata.get("ownerReferences")),
         terminating=metadata.get("deletionTimestamp") is not None,
+        volumes=volumes.pod_volumes(spec, str(metadata.get("name") or "")),
     )
 
 
@@ -223,14 +225,7 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 
 def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported)."""
-    found = []
-    for index, volume in enumerate(fields.sequence(spec.get("volumes"))):
-        for source in ("persistentVolumeClaim", "ephemeral"):
-            if fields.mapping(volume).get(source) is not None:
-                found.append(f"spec.volumes[{index}].{source}")
-    if spec.get("resourceClaims"):
-        found.append("spec.resourceClaims")
-    return tuple(found)
+    return ("spec.resourceClaims",) if spec.get("resourceClaims") else ()
 
 
 def unsupported_reason(paths: tuple[str, ...]) -> str:

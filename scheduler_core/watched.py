@@ -1,5 +1,6 @@
 """The cluster as the Node and Pod watches show it (with the Namespaces, and for `run` the Services and
-controllers whose selectors system default spreading reads), plus our own bindings: one model for both modes.
+controllers whose selectors system default spreading reads, and the storage objects the volume plugins read),
+plus our own bindings: one model for both modes.
 
 `gpu-scheduler run` drives it from its loop thread and `gpu-scheduler extender` under its lock; each
 is a thin driver that feeds it watch events and relists, tells it what it decided and how the
@@ -223,6 +224,25 @@ class WatchedCluster:
             self._guarded(kind, obj, functools.partial(read, obj))
         self.cluster.default_selectors.relisted(kind, found)
         return Change()
+
+    # --- storage ----------------------------------------------------------------------------------
+
+    def storage_event(self, kind: str, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, CSIDriver, CSIStorageCapacity or
+        VolumeAttachment (`kind`, one of volumes.KINDS) added, changed or deleted (`run` only): a claim bound or a
+        volume created may let a waiting pod through."""
+        def update() -> Change:
+            self.cluster.storage.set(kind, obj, deleted=event == "DELETED")
+            return Change(freed=True)
+        return self._guarded(kind, obj, update)
+
+    def storage_relisted(self, kind: str, items: Iterable[Mapping[str, Any]], *,
+                         now: datetime.datetime) -> Change:
+        """Every object of `kind` as a list shows them. Pods with claims wait until every kind has listed once."""
+        self.cluster.storage.clear(kind)
+        for obj in items:
+            self.storage_event(kind, "ADDED", obj, now=now)
+        return Change(freed=True)
 
     # --- pods -------------------------------------------------------------------------------------
 

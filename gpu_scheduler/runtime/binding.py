@@ -1,5 +1,5 @@
-"""Binding a pod to a node: the one write that places a pod, isolated here, the record of its
-devices, and the read that tells what became of a pod when the binding failed.
+"""Binding a pod to a node: the one write that places a pod, isolated here, the writes that bind or provision its
+volumes first, the record of its devices, and the read that tells what became of a pod when the binding failed.
 
 The Binding carries the pod's GPU devices as an annotation; the apiserver copies a
 Binding's annotations onto the pod in the same write that sets spec.nodeName, so a pod
@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
-from scheduler_core import pods
+from scheduler_core import pods, volumes
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,18 @@ def bind(api: client.ApiClient, *, namespace: str, name: str, uid: str | None, n
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     rawapi.request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body)
+
+
+def write_volumes(api: client.ApiClient, changes: list[volumes.Write]) -> dict[str, str]:
+    """Carry out a pod's volume plan before its binding (kube-scheduler's VolumeBinding PreBind): bind each chosen
+    PersistentVolume to its claim, ask for each claim to be provisioned on the node. Returns the resource version
+    each write gave its object; raises ApiException (409: the object changed since the decision) on the first
+    refusal, leaving the writes before it in place, as upstream does."""
+    written = {}
+    for change in changes:
+        reply = json.loads(rawapi.request(api, "PATCH", change.path, change.patch, content_type=rawapi.MERGE_PATCH))
+        written[change.key] = str((reply.get("metadata") or {}).get("resourceVersion") or "")
+    return written
 
 
 def record_devices(api: client.ApiClient, *, namespace: str, name: str, uid: str,

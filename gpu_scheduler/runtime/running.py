@@ -28,22 +28,34 @@ from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import binding, events, metrics
-from scheduler_core import framework, queueing, warmup, watched
+from scheduler_core import framework, queueing, volumes, warmup, watched
 from webhook import config
 
 log = logging.getLogger(__name__)
 
 REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedulable reason
 TRAILING_WAIT = 10.0  # seconds a bound pod's event and devices record wait at most for the bindings to pause
+VOLUME_BIND_TIMEOUT = 600.0  # seconds a pod waits for its claims to bind before it is scheduled again (upstream's)
 WARMUP_RETRY = 30.0
 UNREAD = object()  # after a failed binding: the API could not be asked what became of the pod
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
-               "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace"}
+               "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace",
+               "volumes-written": "Pod"}
+
+
+@dataclasses.dataclass
+class AwaitingVolumes:
+    """A pod whose volume plan was written: it is bound once every claim is (see volumes.settled)."""
+
+    pending: watched.PendingPod
+    decision: framework.Decision
+    written: dict[str, str]
+    deadline: float
 
 
 class LiveScheduler:
     def __init__(self, api: client.ApiClient, settings: config.Config, *, binder_threads: int = 32,
-                 promotions_per_second: float = 20.0):
+                 promotions_per_second: float = 20.0, volume_bind_timeout: float = VOLUME_BIND_TIMEOUT):
         self.api = api
         self.core: Any = client.CoreV1Api(api)
         self.settings = settings
@@ -65,6 +77,9 @@ class LiveScheduler:
         # flight, up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
         self.binding_now = 0
+        self.volume_bind_timeout = volume_bind_timeout
+        self.volume_plans: dict[str, volumes.Plan] = {}  # by pod UID: plans being written
+        self.awaiting_volumes: dict[str, AwaitingVolumes] = {}  # by pod UID: plans written, claims not all bound
         self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
         self.alive = threading.Event()
@@ -77,7 +92,9 @@ class LiveScheduler:
             on_namespaces=lambda items: self.events.put(("namespaces", items)),
             on_namespace=lambda kind, obj: self.events.put(("namespace", kind, obj)),
             apps=client.AppsV1Api(api), on_selectors=lambda kind, items: self.events.put(("selectors", kind, items)),
-            on_selector=lambda kind, event, obj: self.events.put(("selector", kind, event, obj)))
+            on_selector=lambda kind, event, obj: self.events.put(("selector", kind, event, obj)),
+            storage=client.StorageV1Api(api), on_storage_list=lambda kind, items: self.events.put(("storages", kind, items)),
+            on_storage=lambda kind, event, obj: self.events.put(("storage", kind, event, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
@@ -126,6 +143,7 @@ class LiveScheduler:
             if now - self._last_housekeeping >= 1.0:
                 self._last_housekeeping = now
                 self.queue.flush_parked(now)
+                self._check_volumes()
                 self._warm_up()
                 parked = self.queue.parked()
                 metrics.PENDING.labels("active").set(self.queue.pending() - parked)
@@ -172,6 +190,14 @@ class LiveScheduler:
                 self._apply(self.model.selector_event(event[1], event[2], event[3], now=_now()))
             elif kind == "selectors":
                 self._apply(self.model.selectors_relisted(event[1], event[2], now=_now()))
+            elif kind == "storage":
+                self._apply(self.model.storage_event(event[1], event[2], event[3], now=_now()))
+                self._check_volumes()
+            elif kind == "storages":
+                self._apply(self.model.storage_relisted(event[1], event[2], now=_now()))
+                self._check_volumes()
+            elif kind == "volumes-written":
+                self._on_volumes_written(*event[1:])
             elif kind == "bound":
                 self._on_bound(*event[1:])
             elif kind == "refused":
@@ -182,7 +208,8 @@ class LiveScheduler:
             elif kind == "config":
                 self._on_config(event[1])
         except Exception:
-            rejected = event[1] if kind in ("selector", "selectors") else EVENT_KINDS.get(kind, str(kind))
+            rejected = (event[1] if kind in ("selector", "selectors", "storage", "storages")
+                        else EVENT_KINDS.get(kind, str(kind)))
             self.model.rejected[rejected] += 1
             log.exception("handling a %s event failed; going on", kind)
         for facts, message in self.model.take_conflicts():
@@ -231,10 +258,79 @@ class LiveScheduler:
             self.queue.failed(uid, time.monotonic(), unschedulable=True)
             self._report_unschedulable(pending, decision.reason or "unschedulable")
             return
+        plan = decision.volume_plan
+        changes = volumes.writes(self.model.cluster.storage, plan) if plan else []
         self.model.assume(pending.facts, decision.node, decision.devices, now=_now())
         with self.bindings_pause:
             self.binding_now += 1
-        self.binder.submit(self._bind, pending, decision)
+        if plan:
+            self.model.cluster.storage.assume(plan)
+            self.volume_plans[uid] = plan
+            self.binder.submit(self._write_volumes, pending, decision, changes)
+        else:
+            self.binder.submit(self._bind, pending, decision)
+
+    def _write_volumes(self, pending: watched.PendingPod, decision: framework.Decision,
+                       changes: list[volumes.Write]) -> None:
+        """Runs on a binder thread: what kube-scheduler's VolumeBinding PreBind writes (a chosen volume's claimRef, a
+        claim's selected node), before the pod is bound; the loop then waits for the claims to bind
+        (_check_volumes) without holding a thread."""
+        try:
+            written = binding.write_volumes(self.api, changes)
+        except (ApiException, HTTPError, OSError, ValueError) as err:
+            self.events.put(("refused", pending, decision.node, err, self._read(pending)))
+            return
+        finally:
+            self._binding_done()
+        self.events.put(("volumes-written", pending, decision, written))
+
+    def _on_volumes_written(self, pending: watched.PendingPod, decision: framework.Decision,
+                            written: dict[str, str]) -> None:
+        self.volume_plans.pop(pending.uid, None)
+        self.awaiting_volumes[pending.uid] = AwaitingVolumes(pending, decision, written,
+                                                             time.monotonic() + self.volume_bind_timeout)
+        self._check_volumes()
+
+    def _check_volumes(self) -> None:
+        """Bind the pods whose claims have all bound; schedule again those whose volumes failed (provisioning
+        failed, a volume taken by another claim) or did not bind in time, as kube-scheduler's PreBind does."""
+        storage, now = self.model.cluster.storage, time.monotonic()
+        for uid, waiting in list(self.awaiting_volumes.items()):
+            plan = waiting.decision.volume_plan
+            assert plan is not None
+            if uid not in self.model.assumed:  # deleted, or bound by someone else meanwhile
+                del self.awaiting_volumes[uid]
+                storage.forget(plan)
+                continue
+            row = self.model.cluster.index.get(plan.node)
+            labels = self.model.cluster.node(row).labels if row is not None else None
+            state = (volumes.settled(storage, plan, waiting.written, labels) if labels is not None
+                     else f'node "{plan.node}" is gone')
+            if state is False and now < waiting.deadline:
+                continue
+            del self.awaiting_volumes[uid]
+            storage.forget(plan)
+            if state is True:
+                with self.bindings_pause:
+                    self.binding_now += 1
+                self.binder.submit(self._bind, waiting.pending, waiting.decision)
+                continue
+            reason = state if isinstance(state, str) else (
+                f"timed out after {self.volume_bind_timeout:.0f} s waiting for the claims to bind")
+            self._volumes_failed(waiting.pending, f'running PreBind plugin "VolumeBinding": binding volumes: {reason}')
+
+    def _volumes_failed(self, pending: watched.PendingPod, message: str) -> None:
+        log.warning("pod %s: %s; scheduling it again", pending.key, message)
+        self._apply(self.model.forget(pending.uid, pending=pending))
+        metrics.ATTEMPTS.labels("error").inc()
+        self.queue.failed(pending.uid, time.monotonic(), unschedulable=False)
+        self._report_unschedulable(pending, message)
+
+    def _binding_done(self) -> None:
+        with self.bindings_pause:
+            self.binding_now -= 1
+            if self.binding_now == 0:
+                self.bindings_pause.notify_all()
 
     def _bind(self, pending: watched.PendingPod, decision: framework.Decision) -> None:
         """Runs on a binder thread: bind, with the devices annotation. Reports back to the loop; after a
@@ -253,10 +349,7 @@ class LiveScheduler:
             self.events.put(("refused", pending, decision.node, err, self._read(pending)))
             return
         finally:
-            with self.bindings_pause:
-                self.binding_now -= 1
-                if self.binding_now == 0:
-                    self.bindings_pause.notify_all()
+            self._binding_done()
         self.events.put(("bound", pending, decision.node))
         self.recorder.submit(self._record_bound, pending, decision)
 
@@ -299,6 +392,9 @@ class LiveScheduler:
         pending is retried after a backoff, not dropped."""
         uid = pending.uid
         metrics.BIND_ERRORS.labels(str(getattr(error, "status", None) or type(error).__name__)).inc()
+        plan = self.volume_plans.pop(uid, None)
+        if plan is not None:  # a refused volume write: the claimRefs and selected nodes it assumed go too
+            self.model.cluster.storage.forget(plan)
         if seen is UNREAD:
             self._apply(self.model.forget(uid, pending=pending))
         else:

@@ -159,13 +159,22 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
     live = running.LiveScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config.Config())
     live.stop()
     calls = [reflector._list_call for reflector in live.watches.reflectors]
-    watched = {("apps" if isinstance(call.__self__, client.AppsV1Api) else "",
-                call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "") + "s")
+    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io"}
+    watched = {(groups.get(type(call.__self__), ""),
+                _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
                for call in calls}
     selectors = {("", "services"), ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets")}
-    assert selectors <= watched
+    storage = {("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
+               ("storage.k8s.io", "csinodes"), ("storage.k8s.io", "csidrivers"),
+               ("storage.k8s.io", "csistoragecapacities"), ("storage.k8s.io", "volumeattachments")}
+    assert selectors | storage <= watched
     role = next(d for d in yaml.safe_load_all((COMPONENTS / "scheduler" / "rbac.yaml").read_text())
                 if d["kind"] == "ClusterRole")
     granted = {(group, resource) for rule in role["rules"] if {"list", "watch"} <= set(rule["verbs"])
                for group in rule["apiGroups"] for resource in rule["resources"]}
     assert watched <= granted
+
+
+def _plural(kind: str) -> str:
+    """The resource name of a lowercase kind: storageclass -> storageclasses, csistoragecapacity -> ...ies."""
+    return kind + "es" if kind.endswith("s") else kind[:-1] + "ies" if kind.endswith("y") else kind + "s"

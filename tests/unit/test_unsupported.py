@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import pods
+from scheduler_core import pods, volumes
 from tests.unit.builders import facts, node, pod, scheduler
 
 TERM = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
@@ -28,11 +28,10 @@ def sidecar(restart: str | None) -> dict[str, Any]:
 
 
 UNSUPPORTED = [
-    (with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
-        "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}]),
-     ["spec.volumes[1].persistentVolumeClaim", "spec.volumes[2].ephemeral"]),
     (with_spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu"}]), ["spec.resourceClaims"]),
 ]
+CLAIMS = with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
+    "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}])
 
 
 @pytest.mark.parametrize(("obj", "paths"), UNSUPPORTED)
@@ -45,8 +44,16 @@ def test_the_standalone_scheduler_never_binds_a_pod_with_a_constraint_it_cannot_
     assert "manifests/overlays/extender" in decision.reason
 
 
-@pytest.mark.parametrize(("obj", "paths"), UNSUPPORTED)
-def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj, paths):
+def test_a_pod_with_claims_waits_until_the_storage_objects_are_listed_then_is_judged_by_the_volume_plugins():
+    framework = scheduler(node("a"))
+    assert "storage objects" in (framework.decide(facts(CLAIMS)).reason or "")
+    for kind in volumes.KINDS:
+        framework.cluster.storage.clear(kind)
+    assert framework.decide(facts(CLAIMS)).reason == '0/1 nodes are available: persistentvolumeclaim "data" not found.'
+
+
+@pytest.mark.parametrize("obj", [obj for obj, _ in UNSUPPORTED] + [CLAIMS])
+def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj):
     feasible, failed, _ = scheduler(node("a")).evaluate(facts(obj), ["a"])
     assert feasible == ["a"] and failed == {}
 
@@ -68,6 +75,6 @@ def test_preferences_and_what_the_core_evaluates_do_not_hold_a_pod_back(obj):
 
 
 def test_many_fields_are_named_up_to_five_then_counted():
-    paths = tuple(f"spec.volumes[{i}].persistentVolumeClaim" for i in range(7))
+    paths = tuple(f"spec.resourceClaims[{i}]" for i in range(7))
     reason = pods.unsupported_reason(paths)
-    assert "spec.volumes[4].persistentVolumeClaim and 2 more" in reason and "[5]" not in reason
+    assert "spec.resourceClaims[4] and 2 more" in reason and "[5]" not in reason

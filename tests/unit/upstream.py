@@ -13,8 +13,11 @@ verdicts; the facts carry over, the code that checks them is ours. A file:
         nodes: [{Node object}, ...]  # optional; default: one node `node` (see DEFAULT_NODE)
         pods: [{Pod object}, ...]    # pods already there, each with spec.nodeName
         namespaces: [{Namespace}]    # optional, for plugins that read namespace labels
-        objects: [{Service}, ...]    # optional: the Services, ReplicationControllers, ReplicaSets and StatefulSets
+        objects: [{Service}, ...]    # optional: the Services, ReplicationControllers, ReplicaSets and StatefulSets,
+                                     # and the storage objects (PersistentVolumeClaims, PersistentVolumes,
+                                     # StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments)
                                      # (each kind listed, if only as none, as upstream's informers are)
+        prefilter: message           # or: upstream's PreFilter of the plugin rejects the pod whatever the node
         filter: {node: reason | null}  # upstream's verdict per node: null fits, else its reason
         score: {node: 0..100}        # or: the normalised score per feasible node
         candidates: [node, ...]      # optional, with `score`: the nodes that passed the filters (default: every
@@ -45,7 +48,7 @@ import numpy as np
 import pytest
 import yaml
 
-from scheduler_core import framework, plugins, profile, spread, watched
+from scheduler_core import framework, plugins, profile, spread, volumes, watched
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "upstream"
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
@@ -84,6 +87,8 @@ def check(table: dict[str, Any], case: dict[str, Any]) -> None:
     its `score`s."""
     if "problem" in case:
         assert case["problem"] in " ".join(problems(case))
+    if "prefilter" in case:
+        assert pre_filter_message(case, table["plugin"]) == case["prefilter"]
     if "filter" in case:
         assert filter_verdicts(case, table["plugin"]) == case["filter"]
     if "score" in case:
@@ -104,6 +109,8 @@ def model_of(case: dict[str, Any]) -> watched.WatchedCluster:
     objects = [_namespaced(obj) for obj in case.get("objects") or []]
     for kind in spread.SELECTING_KINDS:
         found.selectors_relisted(kind, [obj for obj in objects if obj["kind"] == kind], now=NOW)
+    for kind in volumes.KINDS:
+        found.storage_relisted(kind, [obj for obj in objects if obj["kind"] == kind], now=NOW)
     return found
 
 
@@ -113,9 +120,18 @@ def cycle_of(case: dict[str, Any]) -> tuple[watched.WatchedCluster, plugins.Cycl
     return found, framework.Framework(found.cluster)._cycle(facts)
 
 
+def pre_filter_message(case: dict[str, Any], plugin: str) -> str | None:
+    """The message with which the PreFilter of `plugin` rejects the pod whatever the node; None: it lets it on."""
+    return dict(plugins.PRE_FILTERS)[plugin](cycle_of(case)[1])
+
+
 def filter_verdicts(case: dict[str, Any], plugin: str) -> dict[str, str | None]:
-    """node -> None when the filter `plugin` lets it through, else its reasons joined with ", "."""
+    """node -> None when the filter `plugin` lets it through, else its reasons joined with ", " (after the plugin's
+    PreFilter, if it has one, has let the pod on)."""
     found, cycle = cycle_of(case)
+    pre_filter = dict(plugins.PRE_FILTERS).get(plugin)
+    if pre_filter is not None:
+        assert pre_filter(cycle) is None
     run = dict(plugins.FILTERS)[plugin]
     reasons: dict[int, list[str]] = {}
     for mask, reason in run(cycle):
