@@ -66,9 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Run admission and the scheduler over a cluster snapshot. With no arguments: the bundled "
                     "example (examples/nodes.yaml, examples/pods.yaml, examples/config.yaml).",
     )
-    simulate.add_argument("--nodes", type=Path, metavar="FILE", help="Node objects (YAML/JSON, List or stream)")
+    simulate.add_argument("--nodes", type=Path, metavar="FILE",
+                          help="Node objects (YAML/JSON, List or stream), and CSINodes for their volume limits")
     simulate.add_argument("--pods", type=Path, metavar="FILE",
-                          help="Pod objects, and Namespace objects for their labels")
+                          help="Pod objects, Namespace objects for their labels, and the storage their volumes use: "
+                               "PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSIDrivers, "
+                               "CSIStorageCapacities, VolumeAttachments")
     simulate.add_argument("--config", type=Path, metavar="FILE", help="config.yaml or a ConfigMap manifest")
     simulate.add_argument("--json", action="store_true", help="print the result as one JSON object")
     simulate.add_argument("-v", "--verbose", action="store_true",
@@ -337,7 +340,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     import functools
 
-    from scheduler_core import simulation
+    from scheduler_core import simulation, volumes
     from webhook import admission
 
     paths = {
@@ -351,12 +354,19 @@ def _simulate(args: argparse.Namespace) -> int:
             hint = "" if given else " (the bundled example is missing: pass --nodes, --pods and --config)"
             raise UsageError(f"{flag} {path}: no such file{hint}")
     settings = _load_config(str(paths["--config"]))
-    node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",))
-    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"))
-    result = simulation.simulate(node_objects, pod_objects, scheduler_name=settings.scheduler_name,
-                                 gpu_resources=settings.admission.gpu_resources, scheduling=settings.scheduling,
-                                 admit=functools.partial(admission.admit, settings=settings),
-                                 now=datetime.datetime.now(datetime.timezone.utc))
+    storage_kinds = volumes.KINDS
+    node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node", *storage_kinds))
+    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace", *storage_kinds))
+    storage = [obj for obj in node_objects + pod_objects if obj.get("kind") in storage_kinds]
+    try:
+        result = simulation.simulate([obj for obj in node_objects if obj.get("kind") == "Node"],
+                                     [obj for obj in pod_objects if obj.get("kind") not in storage_kinds],
+                                     scheduler_name=settings.scheduler_name,
+                                     gpu_resources=settings.admission.gpu_resources, scheduling=settings.scheduling,
+                                     admit=functools.partial(admission.admit, settings=settings),
+                                     now=datetime.datetime.now(datetime.timezone.utc), storage_objects=storage)
+    except simulation.InputError as err:
+        raise UsageError(f"{paths['--nodes']}, {paths['--pods']}: {err}") from err
     if args.verbose:
         for placement in result.placements:
             for line in placement.admission:
@@ -375,7 +385,8 @@ def _simulation_table(result: Any) -> str:
     rows = [("POD", "RULE", "NODE", "GPUS", "NOTE")]
     for p in result.placements:
         gpus = ",".join(map(str, p.gpus)) + (f" ({p.gpu_milli}/1000)" if p.gpu_milli and p.gpus else "")
-        rows.append((p.pod, p.rule or "-", p.node or "-", gpus or "-", NOTES.get(p.outcome, p.reason or "")))
+        rows.append((p.pod, p.rule or "-", p.node or "-", gpus or "-",
+                     NOTES.get(p.outcome, p.reason or p.volume_note)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     summary = result.as_json()["summary"]

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scheduler_core import cluster as cluster_model
-from scheduler_core import framework, nodes, pods, profile
+from scheduler_core import framework, nodes, pods, profile, volumes
 
 # admit(pod, namespaces) -> (the pod as admitted, its rule, how admission treated it, a line per step).
 # `namespaces` maps each namespace given in the input to its labels.
 Admit = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, str]]],
                  tuple[Mapping[str, Any], str | None, tuple[str, ...]]]
+
+
+class InputError(ValueError):
+    """An input object the simulation cannot read (a storage object with a malformed field)."""
 
 
 # What became of a pod: placed by this run, bound before it (spec.nodeName in the input),
@@ -39,6 +43,7 @@ class Placement:
     reason: str | None
     outcome: Outcome
     admission: tuple[str, ...] = ()  # how the webhook treated the pod, a line per step (rules skipped, match)
+    volumes: volumes.Plan | None = None  # for a placed pod: the claims bound to volumes, or provisioned, on its node
 
     @property
     def ours(self) -> bool:
@@ -50,7 +55,19 @@ class Placement:
                                 "already_bound": self.outcome == "already-bound"}
         if self.gpu_milli:
             data["gpu_milli"] = self.gpu_milli
+        if self.volumes:
+            data["volumes"] = {"bind": {name: volume for (_, name), volume in self.volumes.bindings},
+                               "provision": [name for _, name in self.volumes.provisions]}
         return data
+
+    @property
+    def volume_note(self) -> str:
+        """`claims: data -> pv-1; scratch provisioned here` for a placed pod with a volume plan."""
+        if not self.volumes:
+            return ""
+        parts = [f"{name} -> {volume}" for (_, name), volume in self.volumes.bindings]
+        parts += [f"{name} provisioned here" for _, name in self.volumes.provisions]
+        return "claims: " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -106,9 +123,20 @@ def simulate(
     scheduling: profile.Scheduling,
     admit: Admit,
     now: datetime.datetime | None = None,
+    storage_objects: Sequence[Mapping[str, Any]] = (),
 ) -> Result:
-    """Place `pod_objects` (Pods, and Namespaces for their labels) onto `node_objects`, as `scheduler_name`."""
+    """Place `pod_objects` (Pods, and Namespaces for their labels) onto `node_objects`, as `scheduler_name`.
+    `storage_objects` (kinds of volumes.KINDS) are all the storage there is: a claim not among them does not exist."""
     model = cluster_model.Cluster(gpu_resources=gpu_resources)
+    for kind in volumes.KINDS:
+        model.storage.clear(kind)
+    for obj in storage_objects:
+        try:
+            model.storage.set(str(obj.get("kind")), obj)
+        except (KeyError, TypeError, ValueError) as err:
+            meta = obj.get("metadata") or {}
+            name = "/".join(str(part) for part in (meta.get("namespace"), meta.get("name")) if part)
+            raise InputError(f"{obj.get('kind')} {name}: cannot be read: {type(err).__name__}: {err}") from err
     for node in node_objects:
         model.set_node(nodes.parse(node, gpu_resources=gpu_resources, now=now,
                                    utilization_max_age=scheduling.utilization_max_age_seconds))
@@ -145,9 +173,11 @@ def simulate(
                                               admission=admission)
             continue
         decision = scheduler.place(pending)
+        if decision.volume_plan:  # the next pods see the volumes taken, as the PV controller would bind them
+            model.storage.assume(decision.volume_plan)
         placements[position] = _placement(pending, decision.node, decision.devices, decision.reason, rule,
                                           outcome="placed" if decision.node else "unschedulable",
-                                          admission=admission)
+                                          admission=admission, volume_plan=decision.volume_plan)
 
     used, total = model.gpu_totals()
     return Result(tuple(placements[i] for i in range(len(pod_list))), _models(model), used, total, used_before)
@@ -160,9 +190,10 @@ def _rule_of(pod: Mapping[str, Any]) -> str | None:
 
 
 def _placement(pod: pods.PodFacts, node: str | None, devices: tuple[pods.Device, ...], reason: str | None,
-               rule: str | None, *, outcome: Outcome, admission: tuple[str, ...] = ()) -> Placement:
+               rule: str | None, *, outcome: Outcome, admission: tuple[str, ...] = (),
+               volume_plan: volumes.Plan | None = None) -> Placement:
     return Placement(pod.key, node, tuple(d.index for d in devices), pod.gpu_milli or None, rule, reason, outcome,
-                     admission)
+                     admission, volume_plan)
 
 
 def _models(model: cluster_model.Cluster) -> tuple[ModelUsage, ...]:

@@ -298,3 +298,75 @@ def test_a_bound_pods_devices_record_and_event_wait_while_other_bindings_are_in_
                                    ("devices", "slow")]
     finally:
         live.stop()
+
+
+WFFC = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "zonal"},
+        "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"}
+
+
+def wffc_claim(version: str, **annotations: str) -> dict:
+    claim = {"metadata": {"name": "data", "namespace": "ns", "uid": "uid-data", "resourceVersion": version,
+                          "annotations": annotations},
+             "spec": {"storageClassName": "zonal", "accessModes": ["ReadWriteOnce"],
+                      "resources": {"requests": {"storage": "10Gi"}}}}
+    if "pv.kubernetes.io/bind-completed" in annotations:
+        claim["spec"]["volumeName"] = "pv-1"
+    return claim
+
+
+@pytest.fixture()
+def with_claim(scheduler, monkeypatch):
+    """A node, the storage objects listed (one WaitForFirstConsumer claim), a pod using the claim, and the volume
+    writes recorded: each returns the version 2."""
+    writes: list[list[str]] = []
+
+    def fake_write(api, changes):
+        writes.append([change.key for change in changes])
+        scheduler.bound_signal.set()
+        return {change.key: "2" for change in changes}
+
+    monkeypatch.setattr(running.binding, "write_volumes", fake_write)
+    scheduler._handle(("node", "ADDED", node("a", gpus=1)))
+    for kind in ("PersistentVolume", "CSINode", "CSIDriver", "CSIStorageCapacity", "VolumeAttachment"):
+        scheduler._handle(("storages", kind, []))
+    scheduler._handle(("storages", "StorageClass", [WFFC]))
+    scheduler._handle(("storages", "PersistentVolumeClaim", [wffc_claim("1")]))
+    obj = pending("train")
+    obj["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    scheduler._handle(("pod", "ADDED", obj))
+    schedule_next(scheduler)
+    settle(scheduler)  # the claim's selected node written
+    scheduler.writes = writes
+    return scheduler
+
+
+def test_a_pod_is_bound_only_once_the_claim_it_had_provisioned_on_its_node_is_bound(with_claim):
+    live = with_claim
+    assert live.writes == [["pvc/ns/data"]] and live.bindings == [] and "uid-train" in live.awaiting_volumes
+    live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim(
+        "2", **{"volume.kubernetes.io/selected-node": "a"})))  # our write, seen: not bound yet
+    assert live.bindings == []
+    live._handle(("storage", "PersistentVolume", "ADDED", {"metadata": {"name": "pv-1", "resourceVersion": "3"},
+                                                           "spec": {"capacity": {"storage": "10Gi"}}}))
+    live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim(
+        "4", **{"volume.kubernetes.io/selected-node": "a", "pv.kubernetes.io/bind-completed": "yes"})))
+    settle(live)
+    assert live.bindings == [("ns/train", "a")] and live.awaiting_volumes == {}
+
+
+def test_a_failed_provisioning_forgets_the_pod_and_schedules_it_again_with_the_reason(with_claim, monkeypatch):
+    live = with_claim
+    reports: list[str] = []
+    monkeypatch.setattr(live, "_report_unschedulable", lambda pending, message: reports.append(message))
+    live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim("3")))  # the provisioner gave up
+    assert live.awaiting_volumes == {} and live.model.assumed == {} and "uid-train" in live.model.pending
+    assert reports == ['running PreBind plugin "VolumeBinding": binding volumes: provisioning failed for PVC "data"']
+    assert live.model.cluster.storage.assumed_claims == {} and "uid-train" in live.queue
+
+
+def test_claims_that_do_not_bind_in_time_send_the_pod_back(with_claim, monkeypatch):
+    live = with_claim
+    monkeypatch.setattr(live, "_report_unschedulable", lambda pending, message: None)
+    live.awaiting_volumes["uid-train"].deadline = 0.0
+    live._check_volumes()
+    assert live.awaiting_volumes == {} and "uid-train" in live.model.pending
