@@ -10,7 +10,6 @@ external provisioner reports it, by taking the annotation away, so the scheduler
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
