@@ -341,12 +341,14 @@ def node_volume_limits(cycle: Cycle) -> Failures:
     if not pod.volumes:
         return []
     storage, name = cluster.storage, pod.key.partition("/")[2]
+    # what the pod adds, on a node with a CSINode (migrated in-tree volumes count there) and on one without
+    adds = {has: volumes.attachable(storage, pod.namespace, name, pod.uid, pod.volumes, has_csi_node=has, new=True)
+            for has in (True, False)}
     errors: dict[str, np.ndarray] = {}
     over = np.zeros(cycle.rows, dtype=bool)
     for row, facts in _each_node(cycle):
         limits = storage.csi_nodes.get(facts.name)
-        new = volumes.attachable(storage, pod.namespace, name, pod.uid, pod.volumes, has_csi_node=limits is not None,
-                                 new=True)
+        new = adds[limits is not None]
         if isinstance(new, str):
             errors.setdefault(new, np.zeros(cycle.rows, dtype=bool))[row] = True
             continue
