@@ -355,8 +355,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {path}: no such file{hint}")
     settings = _load_config(str(paths["--config"]))
     storage_kinds = volumes.KINDS
-    node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node", *storage_kinds))
-    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace", *storage_kinds))
+    node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",), also=storage_kinds)
+    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"), also=storage_kinds)
     storage = [obj for obj in node_objects + pod_objects if obj.get("kind") in storage_kinds]
     try:
         result = simulation.simulate([obj for obj in node_objects if obj.get("kind") == "Node"],
@@ -559,7 +559,8 @@ def _load_config(path: str) -> Any:
         raise UsageError(f"{path}: invalid config:\n  " + "\n  ".join(err.problems)) from err
 
 
-def _load_objects(flag: str, path: Path, *, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+def _load_objects(flag: str, path: Path, *, kinds: tuple[str, ...], also: tuple[str, ...] = ()
+                  ) -> list[dict[str, Any]]:
     from scheduler_core import objects
 
     try:
@@ -567,7 +568,7 @@ def _load_objects(flag: str, path: Path, *, kinds: tuple[str, ...]) -> list[dict
     except OSError as err:
         raise UsageError(f"{flag} {path}: cannot read ({err.strerror})") from err
     try:
-        return objects.parse(text, origin=str(path), kinds=kinds)
+        return objects.parse(text, origin=str(path), kinds=kinds, also=also)
     except objects.ObjectsError as err:
         raise UsageError(f"{flag} {err}") from err
 

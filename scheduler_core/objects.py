@@ -20,8 +20,10 @@ class ObjectsError(ValueError):
     """Text that does not hold the expected Kubernetes objects; the message names its origin and the problem."""
 
 
-def parse(text: str, *, origin: str, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Every object in `text`, each with kind and metadata; with `kinds`, only those, and at least one."""
+def parse(text: str, *, origin: str, kinds: Iterable[str] | None = None, also: Iterable[str] = ()
+          ) -> list[dict[str, Any]]:
+    """Every object in `text`, each with kind and metadata; with `kinds`, only those (or of the kinds `also` lets
+    in, which messages leave unnamed: storage objects beside pods), and at least one."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
@@ -45,15 +47,15 @@ def parse(text: str, *, origin: str, kinds: Iterable[str] | None = None) -> list
                                    f"(every object has kind and metadata){expected}")
             objects.append(item)
     if kinds is not None:
-        _check_kinds(origin, objects, tuple(kinds))
+        _check_kinds(origin, objects, tuple(kinds), tuple(also))
     return objects
 
 
-def _check_kinds(origin: str, objects: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
+def _check_kinds(origin: str, objects: list[dict[str, Any]], kinds: tuple[str, ...], also: tuple[str, ...]) -> None:
     expected = " or ".join(kinds)
     if not objects:
         raise ObjectsError(f"{origin}: holds no objects; expected {expected} objects")
-    stray = next((o for o in objects if o["kind"] not in kinds), None)
+    stray = next((o for o in objects if o["kind"] not in kinds + also), None)
     if stray is None:
         return
     counts = ", ".join(f"{count} {kind}" for kind, count in Counter(str(o["kind"]) for o in objects).most_common())
