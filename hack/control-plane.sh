@@ -22,9 +22,10 @@
 #   GO                                the go command (default: go on PATH, else /usr/local/go/bin/go)
 #
 # A cold build needs Go >= 1.26 and the Go module proxy, and takes 8-12 minutes on 2 cores (measured
-# 8.5 and 11.5; kube-apiserver alone 6-9, kustomize about 30 s) with a peak of about 1.9 GB of memory;
+# 8.5 and 11.5 before kube-controller-manager was added, which took 50 s more once the others' packages were
+# in the build cache; kube-apiserver alone 6-9, kustomize about 30 s) with a peak of about 1.9 GB of memory;
 # it leaves about 3.9 GB in the Go caches (1 GB modules, 2.9 GB build cache: `go env GOMODCACHE GOCACHE`)
-# and 269 MB of binaries in the output dir. A warm run (the cache holds this exact set) takes under a second.
+# and 360 MB of binaries in the output dir. A warm run (the cache holds this exact set) takes under a second.
 set -Eeuo pipefail
 
 KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
