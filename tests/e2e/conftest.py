@@ -17,8 +17,8 @@ from tests.e2e import controlplane as cp
 
 MISSING = (
     "control-plane binaries not built: run hack/control-plane.sh build "
-    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-scheduler, kubectl and kubectl v1.32's kustomize "
-    "into ~/.cache/gpu-scheduler)"
+    "(needs Go >= 1.26; builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and "
+    "kubectl v1.32's kustomize into ~/.cache/gpu-scheduler)"
 )
 
 # Callables returning (title, text) of logs worth attaching when a test fails.

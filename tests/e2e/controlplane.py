@@ -1,10 +1,11 @@
-"""A real etcd + kube-apiserver (+ kube-scheduler on demand) on loopback, started as envtest does.
+"""A real etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler on demand) on loopback.
 
-The e2e tests need the real admission chain and the real kube-scheduler, not a fake: this module
-starts the binaries that `hack/control-plane.sh build` puts in a cache directory, with client
-certificates as the only authentication (CN = user, O = groups) and RBAC, and stops them by PID.
-There is no controller-manager and no kubelet: nodes are fake, and tests set node and pod status
-themselves (helpers below).
+The e2e tests need the real admission chain, the real controllers and the real kube-scheduler, not a
+fake: this module starts the binaries that `hack/control-plane.sh build` puts in a cache directory,
+with client certificates as the only authentication (CN = user, O = groups) and RBAC, and stops them
+by PID. There is no kubelet: nodes are fake, and tests set node and pod status themselves (helpers
+below); kube-controller-manager runs only the controllers that make sense without kubelets
+(`CONTROLLERS`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,28 @@ from certs import pki
 
 KUBERNETES_VERSION = "v1.36.3"
 KUSTOMIZE = "kustomize-v5.5.0"  # the kustomize that kubectl v1.32 embeds (hack/control-plane.sh says how we know)
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", KUSTOMIZE)
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", KUSTOMIZE)
+# kube-controller-manager's controllers, each named (`--controllers`): those a cluster without kubelets
+# can use. Left out on purpose: node-lifecycle (it would taint our fake nodes unreachable, as no kubelet
+# renews their leases, and evict their pods), pod-garbage-collector (it deletes pods bound to nodes that
+# do not exist, which tests keep on purpose), taint-eviction, attach-detach, ttl, the cloud and IPAM
+# ones, endpoints and endpointslices (no pod ever serves). serviceaccount-token runs whatever this says
+# (it mints the other controllers' credentials); it is named so the health check waits for it too.
+CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "statefulset-controller",
+    "job-controller",
+    "disruption-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
@@ -173,7 +195,8 @@ class Scheduler:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver on 127.0.0.1, admin kubeconfig on disk; a context manager."""
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, admin kubeconfig on disk; a
+    context manager."""
 
     def __init__(
         self,
@@ -181,9 +204,11 @@ class ControlPlane:
         *,
         start_timeout: float = 120.0,
         extra_apiserver_args: Sequence[str] = (),
+        controller_manager: bool = True,
     ) -> None:
         """`extra_apiserver_args` go after the defaults (a later flag wins), e.g.
-        `["--watch-cache=false"]` for watches served straight from etcd."""
+        `["--watch-cache=false"]` for watches served straight from etcd. Without `controller_manager`
+        nothing acts on workloads, owners or volumes: only what the test itself does happens."""
         found = bin_dir or find_binaries()
         if found is None:
             raise FileNotFoundError(
@@ -200,6 +225,7 @@ class ControlPlane:
         self.etcd_url = ""
         self.kubeconfig = self.dir / "admin.kubeconfig"
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.controller_manager = controller_manager
         self._apiserver: Process | None = None
         self._components: list[Process] = []
         self._kubeconfigs = 0
@@ -218,16 +244,20 @@ class ControlPlane:
         try:
             _start_with_retry("etcd", self._start_etcd)
             self._apiserver = _start_with_retry("kube-apiserver", self._start_apiserver)
+            if self.controller_manager:
+                _start_with_retry("kube-controller-manager", self._start_controller_manager)
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        """Stop every component (newest first) and remove the temp dir.
+        """Stop every component (newest first, but the apiserver and etcd last) and remove the temp dir.
 
+        A restarted apiserver is the newest, yet it must go after its clients: with the controller
+        manager's watches still open it takes its whole 10 s of grace to stop.
         Set GPU_SCHEDULER_KEEP_CONTROL_PLANE=1 to keep the dir (logs, certs) for debugging.
         """
-        for process in reversed(self._components):
+        for process in sorted(reversed(self._components), key=lambda p: p.name in ("kube-apiserver", "etcd")):
             process.stop()
         self._components.clear()
         if os.environ.get("GPU_SCHEDULER_KEEP_CONTROL_PLANE") != "1":
@@ -325,6 +355,8 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
+                # No pod here mounts a token (there is no kubelet), and with the plugin a pod created just
+                # after its namespace would be refused until the controller manager made `default`.
                 "--disable-admission-plugins=ServiceAccount",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={sa_pub}",
@@ -352,6 +384,47 @@ class ControlPlane:
                 process,
                 self.start_timeout,
             )
+        except StartError:
+            self._discard(process)
+            raise
+        return process
+
+    def _start_controller_manager(self) -> Process:
+        """kube-controller-manager as a kubeadm cluster runs it: its own user, each controller with the
+        token of its own service account in kube-system (TokenRequest, so RBAC's bootstrap roles for the
+        controllers apply), the apiserver's signing key for the token Secrets; ready once every
+        controller in `CONTROLLERS` is built and reports in its /healthz."""
+        port = free_port()
+        kubeconfig = self.kubeconfig_for("system:kube-controller-manager", name="kube-controller-manager")
+        process = self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kubeconfig}",
+                # No --authentication/authorization-kubeconfig: only /healthz is asked for, which it
+                # always allows, and delegated authentication wants a request-header CA we do not have.
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'kube-controller-manager-certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.dir / 'pki' / 'sa.key'}",
+                f"--root-ca-file={self.ca_cert}",
+                f"--controllers={','.join(CONTROLLERS)}",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz?verbose", timeout=2,
+                                        context=insecure) as response:
+                body = response.read().decode(errors="replace")
+            return all(f"[+]{name} ok" in body for name in CONTROLLERS)
+
+        try:
+            _wait_for("kube-controller-manager /healthz with every controller", healthy, process,
+                      self.start_timeout)
         except StartError:
             self._discard(process)
             raise
@@ -586,13 +659,15 @@ def create_gpu_node(
     return core.patch_node(name, [{"op": "add", "path": "/spec/taints", "value": wanted_taints}])
 
 
-def mark_pod_ready(api: Any, namespace: str, name: str) -> Any:
-    """Make a pod look Running and Ready, as a kubelet would (there is none here)."""
+def mark_pod_ready(api: Any, namespace: str, name: str, *, since: float | None = None) -> Any:
+    """Make a pod look Running and Ready, as a kubelet would (there is none here); `since` (epoch
+    seconds, default now) is when its conditions last changed."""
     from kubernetes import client
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    changed = now if since is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
     conditions = [
-        {"type": kind, "status": "True", "lastTransitionTime": now}
+        {"type": kind, "status": "True", "lastTransitionTime": changed}
         for kind in ("Initialized", "ContainersReady", "Ready")
     ]
     return client.CoreV1Api(api).patch_namespaced_pod_status(

@@ -172,8 +172,9 @@ def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(ap
 
 
 def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_which(api, scheduler):
-    """A PersistentVolumeClaim and a DRA resource claim, on the real apiserver: not bound, PodScheduled=False
-    naming both fields, and a FailedScheduling event; a plain pod created after it is bound meanwhile."""
+    """A DRA resource claim (beside a PersistentVolumeClaim, which the volume plugins evaluate), on the real
+    apiserver: not bound, PodScheduled=False naming the field, and a FailedScheduling event; a plain pod created
+    after it is bound meanwhile."""
     core: Any = client.CoreV1Api(api)
     ns = namespace(core)
     held = gpu_pod("with-claims")
@@ -191,16 +192,16 @@ def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_wh
 
     condition = wait_for(refused, "PodScheduled=False on the pod it cannot evaluate")
     assert (condition.status, condition.reason) == ("False", "Unschedulable")
-    assert condition.message == pods_core.unsupported_reason((
-        "spec.volumes[0].persistentVolumeClaim", "spec.resourceClaims"))
+    assert condition.message == pods_core.unsupported_reason(("spec.resourceClaims",))
     wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "with-claims"
                          for e in core.list_namespaced_event(ns).items), "a FailedScheduling event")
 
 
 def test_replicas_of_a_replica_set_spread_by_the_system_defaults_over_nodes_nothing_else_tells_apart(api, scheduler):
     """No topologySpreadConstraints: kube-scheduler's system defaults, over the ReplicaSet's selector, spread six
-    replicas over three identical nodes two by two, where binpack alone would put them all on the first. No
-    controller manager runs here, so the test creates the pods the ReplicaSet would, each owned by it."""
+    replicas over three identical nodes two by two, where binpack alone would put them all on the first. The real
+    ReplicaSet controller creates the six pods at once, so each decision must count the replicas placed before it
+    whose bindings are still in flight."""
     from collections import Counter
 
     core: Any = client.CoreV1Api(api)
@@ -212,23 +213,21 @@ def test_replicas_of_a_replica_set_spread_by_the_system_defaults_over_nodes_noth
     labels = {"tier": "spread-e2e"}  # not `app`, which the `locality` score gathers on one node
     container = {"name": "main", "image": "registry.invalid/web:1",
                  "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
-    replica_set = apps.create_namespaced_replica_set(ns, {
+    apps.create_namespaced_replica_set(ns, {
         "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
-        "spec": {"replicas": 6, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}})
-    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": replica_set.metadata.uid,
-             "controller": True}
+        "spec": {"replicas": 6, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"schedulerName": "gpu-scheduler", "nodeSelector": {"e2e-pool": "spread"},
+                     "containers": [container]}}}})
     try:
-        for name in (f"web-{i}" for i in range(6)):  # one at a time: each decision sees the replicas bound before
-            core.create_namespaced_pod(ns, {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
-                "spec": {"schedulerName": "gpu-scheduler", "nodeSelector": {"e2e-pool": "spread"},
-                         "containers": [container]}})
-            wait_for(lambda name=name: core.read_namespaced_pod(name, ns).spec.node_name, f"{name} to be bound")
-        placed = Counter(pod.spec.node_name for pod in core.list_namespaced_pod(ns).items)
-        assert placed == {name: 2 for name in pool}
+        def placed() -> Counter[str]:
+            pods = core.list_namespaced_pod(ns).items
+            return Counter(p.spec.node_name for p in pods) if len(pods) == 6 and all(
+                p.spec.node_name for p in pods) else Counter()
+
+        assert wait_for(placed, "the ReplicaSet's six pods to be bound") == {name: 2 for name in pool}
     finally:
-        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        apps.delete_namespaced_replica_set("web", ns)  # first, or its controller replaces the pods deleted below
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)  # no kubelet ends them gracefully
         for name in pool:
             core.delete_node(name)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parents[2] / "hack" / "control-plane.sh"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kustomize-v5.5.0")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kustomize-v5.5.0")
 
 FAKE_BINARY = """#!/usr/bin/env bash
 # Prints far more than a pipe holds, as `kubectl version --client` may: a reader that stops after
@@ -86,9 +86,9 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     assert result.returncode == 0, result.stderr
     assert "FAILED" not in result.stderr
     for number, binary in enumerate(BINARIES, start=1):
-        assert f"build {number}/5: {binary} " in result.stderr
-    assert "... still: build 2/5: kube-apiserver (k8s.io/kubernetes/cmd/kube-apiserver@v1.36.3), 1s so far" in result.stderr
-    assert "build 5/5: kustomize-v5.5.0 (sigs.k8s.io/kustomize/kustomize/v5@v5.5.0)" in result.stderr
+        assert f"build {number}/6: {binary} " in result.stderr
+    assert "... still: build 2/6: kube-apiserver (k8s.io/kubernetes/cmd/kube-apiserver@v1.36.3), 1s so far" in result.stderr
+    assert "build 6/6: kustomize-v5.5.0 (sigs.k8s.io/kustomize/kustomize/v5@v5.5.0)" in result.stderr
     assert f"built {' '.join(BINARIES)} in " in result.stderr
     assert "kustomize:      kustomize-v5.5.0 version v1.36.3 (fake)" in result.stdout
 
@@ -100,9 +100,9 @@ def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
         assert result.returncode == 0, result.stderr
         assert "FAILED" not in result.stderr
         lines = result.stdout.splitlines()
-        assert lines[-5:] == [f"{name + ':':<15} {binary} version v1.36.3 (fake)"
-                              for name, binary in zip(("etcd", "kube-apiserver", "kube-scheduler", "kubectl",
-                                                       "kustomize"), BINARIES)]
+        assert lines[-6:] == [f"{name + ':':<15} {binary} version v1.36.3 (fake)"
+                              for name, binary in zip(("etcd", "kube-apiserver", "kube-controller-manager",
+                                                       "kube-scheduler", "kubectl", "kustomize"), BINARIES)]
 
 
 def test_a_cache_stamped_before_kustomize_was_added_is_built_again(fake_toolchain):
@@ -113,7 +113,7 @@ def test_a_cache_stamped_before_kustomize_was_added_is_built_again(fake_toolchai
     result = _script(fake_toolchain, "build")
     assert result.returncode == 0, result.stderr
     assert "skipping the build" not in result.stderr
-    assert "build 5/5: kustomize-v5.5.0 " in result.stderr
+    assert "build 6/6: kustomize-v5.5.0 " in result.stderr
     assert "kustomize=v5.5.0" in (cache / ".stamp").read_text()
 
 
@@ -121,7 +121,7 @@ def test_a_failing_build_names_the_step_and_the_command(fake_toolchain):
     broken = {**fake_toolchain, "FAKE_BINARY": "/nonexistent"}
     result = _script(broken, "build")
     assert result.returncode != 0
-    assert 'FAILED in step "build 1/5: etcd' in result.stderr
+    assert 'FAILED in step "build 1/6: etcd' in result.stderr
     assert "go build go.etcd.io/etcd/server/v3" in result.stderr
 
 
