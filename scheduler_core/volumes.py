@@ -374,7 +374,8 @@ class Storage:
         self.assumed_volumes: dict[str, Volume] = {}
         self.assumed_claims: dict[tuple[str, str], Claim] = {}
         self.users: defaultdict[tuple[str, str], set[str]] = defaultdict(set)  # claim key -> uids of placed pods
-        self.version = 0
+        self.version = 0  # bumped by every change of objects or assumptions
+        self._by_class: tuple[int, dict[str, list[Volume]]] = (-1, {})
 
     # --- taking objects in
 
@@ -455,13 +456,24 @@ class Storage:
         return self.assumed_volumes.get(name) or self.volumes.get(name)
 
     def volumes_of_class(self, storage_class: str) -> list[Volume]:
-        names = set(self.volumes) | set(self.assumed_volumes)
-        return [v for v in (self.volume(n) for n in sorted(names)) if v is not None and v.storage_class == storage_class]
+        """The volumes of a class, assumptions included, by name; kept until the next change (a decision asks once
+        per node)."""
+        if self._by_class[0] != self.version:
+            self._by_class = (self.version, {})
+        found = self._by_class[1].get(storage_class)
+        if found is None:
+            names = sorted(set(self.volumes) | set(self.assumed_volumes))
+            found = self._by_class[1][storage_class] = [
+                v for v in (self.volume(n) for n in names) if v is not None and v.storage_class == storage_class]
+        return found
 
     # --- placed pods, for ReadWriteOncePod
 
     def use(self, namespace: str, uid: str, volumes: PodVolumes, *, sign: int) -> None:
+        """A placed pod's claims (persistentVolumeClaim volumes; upstream's PVCRefCounts leave ephemeral ones out)."""
         for use in volumes.claims:
+            if use.ephemeral:
+                continue
             users = self.users[(namespace, use.claim)]
             if sign > 0:
                 users.add(uid)
