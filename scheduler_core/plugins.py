@@ -11,7 +11,7 @@ recomputed only for the rows whose usage changed since.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,16 +344,22 @@ def node_volume_limits(cycle: Cycle) -> Failures:
     # what the pod adds, on a node with a CSINode (migrated in-tree volumes count there) and on one without
     adds = {has: volumes.attachable(storage, pod.namespace, name, pod.uid, pod.volumes, has_csi_node=has, new=True)
             for has in (True, False)}
-    errors: dict[str, np.ndarray] = {}
+    failures: Failures = []
+    with_csi_node = np.zeros(cycle.rows, dtype=bool)
+    for node_name in storage.csi_nodes:
+        row = cluster.index.get(node_name)
+        if row is not None:
+            with_csi_node[row] = True
+    for has, rows in ((True, with_csi_node), (False, ~with_csi_node & cluster.present[: cycle.rows])):
+        if isinstance(adds[has], str) and rows.any():
+            failures.append((rows, str(adds[has])))
     over = np.zeros(cycle.rows, dtype=bool)
-    for row, facts in _each_node(cycle):
-        limits = storage.csi_nodes.get(facts.name)
-        new = adds[limits is not None]
-        if isinstance(new, str):
-            errors.setdefault(new, np.zeros(cycle.rows, dtype=bool))[row] = True
+    for node_name, limits in storage.csi_nodes.items():  # only a node with a CSINode has limits
+        row = cluster.index.get(node_name)
+        new = adds[True]
+        if row is None or isinstance(new, str) or not new or all(limit is None for limit in limits.values()):
             continue
-        if not new or not limits or all(limit is None for limit in limits.values()):
-            continue
+        facts = cluster.node(row)
         attached: dict[str, str] = {}
         for uid in cluster.node_pods.get(row, ()):
             other = cluster.assignments[uid].pod
@@ -375,7 +381,7 @@ def node_volume_limits(cycle: Cycle) -> Failures:
                 adding[driver] = adding.get(driver, 0) + 1
         over[row] = any(limits.get(driver) is not None and counts.get(driver, 0) + count > (limits[driver] or 0)
                         for driver, count in adding.items())
-    return [(mask, reason) for reason, mask in errors.items()] + [(over, volumes.MAX_VOLUME_COUNT)]
+    return failures + [(over, volumes.MAX_VOLUME_COUNT)]
 
 
 def volume_binding(cycle: Cycle) -> Failures:
@@ -384,27 +390,71 @@ def volume_binding(cycle: Cycle) -> Failures:
     claims = cycle.extras.get("claims")
     if claims is None or not (claims.bound or claims.delayed):
         return []
-    storage = cycle.cluster.storage
-    masks: dict[str, np.ndarray] = {}
-    for row, facts in _each_node(cycle):
-        try:
-            reasons, _ = volumes.find(storage, claims, facts.name, facts.labels)
-        except volumes.ClaimError as err:
-            reasons = [str(err)]
-        for reason in reasons:
-            masks.setdefault(reason, np.zeros(cycle.rows, dtype=bool))[row] = True
+    found = volumes.bind(cycle.cluster.storage, claims, _VolumeNodes(cycle), cycle.rows)
+    cycle.extras["binding"] = found
     order = {reason: i for i, reason in enumerate(volumes.BINDING_REASONS)}
-    return [(mask, reason) for reason, mask in sorted(masks.items(), key=lambda item: order.get(item[0], -1))]
+    return [(mask, reason) for reason, mask in sorted(found.reasons.items(), key=lambda item: order.get(item[0], -1))]
 
 
 def volume_plan(cycle: Cycle, row: int) -> volumes.Plan | None:
     """VolumeBinding's choice for the chosen node: what to bind or provision before the pod is bound there."""
+    found = cycle.extras.get("binding")
     claims = cycle.extras.get("claims")
-    if claims is None or not claims.delayed:
+    if found is None or claims is None or not claims.delayed:
         return None
-    facts = cycle.cluster.node(row)
-    _, plan = volumes.find(cycle.cluster.storage, claims, facts.name, facts.labels)
-    return plan
+    return found.plan(row)
+
+
+class _VolumeNodes:
+    """The nodes as volumes.bind reads them: names, and label matching over all rows at once (a mask per set of
+    terms, kept per labels version: many decisions ask about the same volumes)."""
+
+    def __init__(self, cycle: Cycle):
+        self.cycle = cycle
+        self.names = [facts.name if facts is not None else None for facts in cycle.cluster.facts]
+
+    def admits(self, terms: tuple[predicates.Term, ...] | None) -> np.ndarray:
+        cycle = self.cycle
+        if terms is None:
+            return cycle.cluster.present[: cycle.rows].copy()
+
+        def compute() -> np.ndarray:
+            rows = np.zeros(cycle.rows, dtype=bool)
+            for term in terms:
+                if term.problem is None and term.expressions:  # an empty or unreadable term matches nothing
+                    rows |= self._all_of(term.expressions)
+            return rows & cycle.cluster.present[: cycle.rows]
+        return cycle.cached(("volume-terms", terms), compute)
+
+    def selects(self, selector: podaffinity.Selector) -> np.ndarray:
+        if selector is None:
+            return np.zeros(self.cycle.rows, dtype=bool)
+        return self._all_of(selector) & self.cycle.cluster.present[: self.cycle.rows]
+
+    def domains(self, key: str) -> podaffinity.Domains:
+        return _domains(self.cycle)(key)
+
+    def labels(self, row: int) -> Mapping[str, str]:
+        return self.cycle.cluster.node(row).labels
+
+    def _all_of(self, expressions: tuple[predicates.Expression, ...]) -> np.ndarray:
+        rows = np.ones(self.cycle.rows, dtype=bool)
+        for expression in expressions:
+            rows &= self._matching(expression)
+        return rows
+
+    def _matching(self, expression: predicates.Expression) -> np.ndarray:
+        """Rows whose labels satisfy one requirement, through the label's domains (a vector operation), but for Gt
+        and Lt, which read the value as a number."""
+        domains = _domains(self.cycle)(expression.key)
+        if expression.operator in ("Exists", "DoesNotExist"):
+            return domains.present if expression.operator == "Exists" else ~domains.present
+        if expression.operator in ("In", "NotIn"):
+            ids = [domains.index[value] for value in expression.values if value in domains.index]
+            hit = np.isin(domains.ids, ids)
+            return hit if expression.operator == "In" else ~hit
+        return np.array([facts is not None and expression.matches(facts.labels) for facts in self.cycle.cluster.facts],
+                        dtype=bool)
 
 
 def volume_zone(cycle: Cycle) -> Failures:

@@ -394,6 +394,7 @@ class Domains:
 
     ids: np.ndarray
     absent: int
+    index: Mapping[str, int] = field(default_factory=dict)  # each value's domain
 
     @classmethod
     def of(cls, node_labels: Iterable[Mapping[str, str] | None], key: str, *, missing: str | None = None) -> Domains:
@@ -403,7 +404,7 @@ class Domains:
         found = [-1 if value is None else values.setdefault(value, len(values)) for value in read]
         ids = np.array(found, dtype=np.int64)
         ids[ids < 0] = len(values)
-        return cls(ids, len(values))
+        return cls(ids, len(values), values)
 
     @property
     def present(self) -> np.ndarray:
