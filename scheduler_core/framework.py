@@ -140,6 +140,43 @@ class Framework:
             alive &= ~rejected
         return _unschedulable(self.cluster.node_count, reasons)
 
+    def fits(self, pod: PodFacts, row: int) -> bool:
+        """Whether every pre-filter and filter lets `pod` onto the node of `row`, as the model is now (preemption
+        asks this with pods taken away)."""
+        if pod.problems or pod.unsupported or not self.cluster.present[row]:
+            return False
+        cycle = self._cycle(pod)
+        if any(pre_filter(cycle) is not None for _, pre_filter in plugins.PRE_FILTERS):
+            return False
+        return not any(mask[row] for _, filter_plugin in plugins.FILTERS for mask, _ in filter_plugin(cycle))
+
+    def preemptible_rows(self, pod: PodFacts) -> np.ndarray:
+        """The rows that reject `pod` now, each first for a reason evicting pods may cure
+        (plugins.RESOLVABLE_BY_PREEMPTION): preemption's potential nodes."""
+        cluster = self.cluster
+        if pod.problems or pod.unsupported:
+            return np.zeros(0, dtype=np.int64)
+        cycle = self._cycle(pod)
+        if any(pre_filter(cycle) is not None for _, pre_filter in plugins.PRE_FILTERS):
+            return np.zeros(0, dtype=np.int64)
+        alive = cluster.present[: cluster.size].copy()
+        potential = np.zeros_like(alive)
+        for name, filter_plugin in plugins.FILTERS:
+            rejected = np.zeros_like(alive)
+            incurable = np.zeros_like(alive)  # rejected for a reason no eviction cures
+            for mask, reason in filter_plugin(cycle):
+                hit = mask & alive
+                rejected |= hit
+                if name not in plugins.RESOLVABLE_BY_PREEMPTION or reason in plugins.UNRESOLVABLE_REASONS:
+                    incurable |= hit
+            potential |= rejected & ~incurable
+            alive &= ~rejected
+        return np.flatnonzero(potential)
+
+    def devices_for(self, pod: PodFacts, row: int) -> tuple[Device, ...]:
+        """The GPU devices `pod` would get on the node of `row` as the model is now."""
+        return self._devices(row, pod)
+
     def place(self, pod: PodFacts, *, explain: bool = False) -> Decision:
         """Decide, and account the decision in the cluster model."""
         decision = self.decide(pod, explain=explain)

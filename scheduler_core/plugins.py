@@ -514,6 +514,11 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("PodTopologySpread", pod_topology_spread),
     ("InterPodAffinity", inter_pod_affinity),
 )
+# Rejections that evicting pods may cure (upstream's Unschedulable, as against UnschedulableAndUnresolvable): a node
+# rejected first by another filter, or for one of UNRESOLVABLE_REASONS, is no candidate for preemption.
+RESOLVABLE_BY_PREEMPTION = frozenset({"NodePorts", "NodeResourcesFit", "GPUDevices", "VolumeRestrictions",
+                                      "NodeVolumeLimits", "PodTopologySpread", "InterPodAffinity"})
+UNRESOLVABLE_REASONS = frozenset({AFFINITY_MISMATCH, SPREAD_MISSING_LABEL, NAMESPACES_UNKNOWN})
 # Filters the extender leaves out: kube-scheduler has evaluated them before it asks (PRE_FILTERS too).
 KUBE_SCHEDULER_FILTERS = frozenset({"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
                                     "PodTopologySpread", "InterPodAffinity"})

@@ -93,6 +93,8 @@ class PodFacts:
     topology_spread: spread.TopologySpread | None = None  # topology spread constraints; None: it has none
     controller: spread.Controller | None = None  # its ReplicationController, ReplicaSet or StatefulSet, if any
     volumes: volumes.PodVolumes | None = None  # claims and disks the volume plugins read; None: none
+    started: str | None = None  # status.startTime (RFC 3339), which orders preemption victims of equal priority
+    never_preempts: bool = False  # spec.preemptionPolicy: Never
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
 
     @property
@@ -191,7 +193,14 @@ def parse(
         controller=spread.controller_of(metadata.get("ownerReferences")),
         terminating=metadata.get("deletionTimestamp") is not None,
         volumes=volumes.pod_volumes(spec, str(metadata.get("name") or "")),
+        started=_started(fields.mapping(pod.get("status")).get("startTime")),
+        never_preempts=spec.get("preemptionPolicy") == "Never",
     )
+
+
+def _started(value: object) -> str | None:
+    """status.startTime as an instant that sorts as text (RFC 3339 in UTC, as the API writes it)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _scheduled(effective: requests.Requests) -> dict[str, int]:

@@ -1,0 +1,92 @@
+"""The preemption core (scheduler_core.preemption): which pods a high-priority GPU pod evicts, and where. Not yet
+wired into `gpu-scheduler run` (issue 15)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_core import preemption
+from tests.unit.builders import facts, node, pod, scheduler
+
+
+def prioritized(name: str, priority: int, *, started: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    obj = pod(name, **kwargs)
+    obj["spec"]["priority"] = priority
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if started:
+        obj["status"] = {"startTime": started}
+    return obj
+
+
+def placed(framework: Any, *objects: dict[str, Any]) -> None:
+    """Account pods on their nodes (each with spec.nodeName), as the watch would."""
+    for obj in objects:
+        assert framework.cluster.restore(facts(obj)) is None
+
+
+def test_a_high_priority_pod_evicts_the_fewest_lowest_priority_pods_on_one_node():
+    framework = scheduler(node("a", gpus=4), node("b", gpus=4))
+    placed(framework,
+           prioritized("a-low-1", 10, gpus=2, node_name="a"), prioritized("a-low-2", 10, gpus=2, node_name="a"),
+           prioritized("b-low", 10, gpus=1, node_name="b"), prioritized("b-mid", 50, gpus=3, node_name="b"))
+    urgent = facts(prioritized("urgent", 100, gpus=2))
+    assert framework.decide(urgent).node is None
+    chosen = preemption.Evaluator(framework).preempt(urgent)
+    # on a: one of the two 2-GPU pods is enough; on b, 1 GPU free after evicting b-low is not, so b-mid goes too
+    assert isinstance(chosen, preemption.Victims)
+    assert (chosen.node, [p.key for p in chosen.pods]) == ("a", ["ns/a-low-2"])
+    assert sorted(framework.cluster.assignments) == ["uid-a-low-1", "uid-a-low-2", "uid-b-low", "uid-b-mid"]
+
+
+def test_no_pod_of_equal_or_higher_priority_is_ever_a_victim():
+    framework = scheduler(node("a", gpus=2))
+    placed(framework, prioritized("same", 100, gpus=1, node_name="a"), prioritized("higher", 200, gpus=1,
+                                                                                    node_name="a"))
+    outcome = preemption.Evaluator(framework).preempt(facts(prioritized("urgent", 100, gpus=1)))
+    assert outcome == "0/1 nodes are available: Preemption is not helpful for scheduling."
+
+
+def test_a_pod_whose_budget_allows_no_disruption_survives_when_another_node_serves():
+    framework = scheduler(node("a", gpus=1), node("b", gpus=1))
+    placed(framework, prioritized("guarded", 10, gpus=1, node_name="a", labels={"app": "db"}),
+           prioritized("free", 10, gpus=1, node_name="b", labels={"app": "batch"}))
+    budget = preemption.Budget.of({"metadata": {"namespace": "ns"}, "spec": {"selector": {"matchLabels": {
+        "app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+    chosen = preemption.Evaluator(framework).preempt(facts(prioritized("urgent", 100, gpus=1)), [budget])
+    assert (chosen.node, [p.key for p in chosen.pods], chosen.pdb_violations) == ("b", ["ns/free"], 0)
+
+
+def test_preemption_policy_never_waits():
+    framework = scheduler(node("a", gpus=1))
+    placed(framework, prioritized("low", 10, gpus=1, node_name="a"))
+    polite = prioritized("polite", 100, gpus=1)
+    polite["spec"]["preemptionPolicy"] = "Never"
+    assert preemption.Evaluator(framework).preempt(facts(polite)) == preemption.NEVER
+
+
+def test_a_share_preempts_only_where_one_device_gets_enough_room():
+    """On a, evicting both 300-shares frees 600 of GPU 0 for a 500 share; on b the low pods' shares sit on two
+    GPUs and the rest is held by a higher-priority pod, so no device gets 500."""
+    framework = scheduler(node("a", gpus=1), node("b", gpus=2))
+    placed(framework,
+           prioritized("a-1", 10, milli=300, node_name="a"), prioritized("a-2", 10, milli=300, node_name="a"),
+           prioritized("a-keep", 200, milli=400, node_name="a"),
+           prioritized("b-1", 10, milli=300, node_name="b"), prioritized("b-keep-1", 200, milli=700, node_name="b"),
+           prioritized("b-2", 10, milli=300, node_name="b"), prioritized("b-keep-2", 200, milli=700, node_name="b"))
+    devices = {a.pod.key: a.devices for a in framework.cluster.assignments.values()}
+    assert {d.index for d in devices["ns/b-1"] + devices["ns/b-2"]} == {0, 1}  # one low share on each GPU of b
+    chosen = preemption.Evaluator(framework).preempt(facts(prioritized("urgent", 100, milli=500)))
+    assert chosen.node == "a" and sorted(p.key for p in chosen.pods) == ["ns/a-1", "ns/a-2"]
+
+
+def test_among_equal_victims_the_node_left_least_fragmented_wins():
+    """One victim of priority 10 either way: on a it frees a whole GPU, of which the urgent 500 share strands the
+    other half; on b it frees the half of a GPU whose other half a higher-priority share holds, and the urgent
+    share fills it: b leaves nothing stranded."""
+    framework = scheduler(node("a", gpus=1), node("b", gpus=1))
+    placed(framework, prioritized("a-low", 10, gpus=1, node_name="a"),
+           prioritized("b-low", 10, milli=500, node_name="b"), prioritized("b-high", 200, milli=500, node_name="b"))
+    evaluator = preemption.Evaluator(framework)
+    urgent = facts(prioritized("urgent", 100, milli=500))
+    assert {v.node: v.stranded for v in evaluator.candidates(urgent)} == {"a": 500, "b": 0}
+    assert evaluator.preempt(urgent).node == "b"
