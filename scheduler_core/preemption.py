@@ -15,6 +15,8 @@ Pure: the model is changed only for a moment (victims taken away, then put back 
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,9 +68,26 @@ def eligible(pod: PodFacts) -> str | None:
     return NEVER if pod.never_preempts else None
 
 
+def started_at(pod: PodFacts) -> tuple[int, int]:
+    """status.startTime as (seconds, nanoseconds) since the epoch, to compare instants written with any fraction;
+    a pod without one counts as started now, later than any that has one (upstream's GetPodStartTime)."""
+    match = _RFC3339.fullmatch(pod.started or "")
+    if match is None:
+        return (2**62, 0)
+    seconds = datetime.datetime.strptime(match["seconds"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    offset = 0
+    if match["zone"] not in ("Z", "z"):
+        sign = 1 if match["zone"][0] == "+" else -1
+        offset = sign * (int(match["zone"][1:3]) * 3600 + int(match["zone"][4:6]) * 60)
+    return (int(seconds.timestamp()) - offset, int((match["fraction"] or "").ljust(9, "0")[:9]))
+
+
+_RFC3339 = re.compile(r"(?P<seconds>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<fraction>\d+))?(?P<zone>[Zz]|[+-]\d\d:\d\d)")
+
+
 def more_important_first(pods: Iterable[PodFacts]) -> list[PodFacts]:
     """MoreImportantPod: higher priority first, then the earlier start (a pod not started yet counts as now)."""
-    return sorted(pods, key=lambda pod: (-pod.priority, pod.started or "~"))
+    return sorted(pods, key=lambda pod: (-pod.priority, started_at(pod)))
 
 
 def violating(pods: Sequence[PodFacts], budgets: Sequence[Budget]) -> tuple[list[PodFacts], list[PodFacts]]:
@@ -100,10 +119,11 @@ class Evaluator:
         self.framework = framework
         self.cluster = framework.cluster
 
-    def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = ()) -> list[Victims]:
-        """DryRunPreemption over every node whose rejection preemption may cure."""
+    def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None
+                   ) -> list[Victims]:
+        """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure)."""
         found = []
-        for row in self.framework.preemptible_rows(pod):
+        for row in self.framework.preemptible_rows(pod) if rows is None else rows:
             victims = self.select_victims(pod, int(row), budgets)
             if victims is not None:
                 found.append(victims)
@@ -135,6 +155,8 @@ class Evaluator:
                 cluster.unassign(candidate.identity)
                 victims.append(candidate)
                 violations += candidate in bad
+            if not victims:  # every pod reprieved: the pod fits as the node is, no candidate (preemption.go:445)
+                return None
             if bad and good:
                 victims = more_important_first(victims)
             return Victims(node, tuple(victims), violations, self._stranded(pod, row, [removed[v.identity]
@@ -162,8 +184,10 @@ class Evaluator:
         if not candidates:
             return None
 
-        def earliest_start(victims: Victims) -> str:
-            return min((pod.started or "~" for pod in victims.pods), default="~")
+        def earliest_start(victims: Victims) -> tuple[int, int]:
+            """GetEarliestPodStartTime: the earliest start among the victims of the highest priority."""
+            top = max(pod.priority for pod in victims.pods)
+            return min(started_at(pod) for pod in victims.pods if pod.priority == top)
 
         keys = [
             lambda v: -v.pdb_violations,
