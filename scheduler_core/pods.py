@@ -95,6 +95,8 @@ class PodFacts:
     volumes: volumes.PodVolumes | None = None  # claims and disks the volume plugins read; None: none
     started: str | None = None  # status.startTime (RFC 3339), which orders preemption victims of equal priority
     never_preempts: bool = False  # spec.preemptionPolicy: Never
+    nominated_node: str | None = None  # status.nominatedNodeName: where a preemption made room for it
+    preempted: bool = False  # being deleted by a scheduler's preemption (DisruptionTarget, PreemptionByScheduler)
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
 
     @property
@@ -195,7 +197,14 @@ def parse(
         volumes=volumes.pod_volumes(spec, str(metadata.get("name") or "")),
         started=_started(fields.mapping(pod.get("status")).get("startTime")),
         never_preempts=spec.get("preemptionPolicy") == "Never",
+        nominated_node=str(fields.mapping(pod.get("status")).get("nominatedNodeName") or "") or None,
+        preempted=metadata.get("deletionTimestamp") is not None and any(
+            c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == PREEMPTED
+            for c in map(fields.mapping, fields.sequence(fields.mapping(pod.get("status")).get("conditions")))),
     )
+
+
+PREEMPTED = "PreemptionByScheduler"  # the reason of the DisruptionTarget condition a preempting scheduler sets
 
 
 def _started(value: object) -> str | None:

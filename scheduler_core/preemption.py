@@ -28,6 +28,7 @@ from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import PodFacts
 
 NEVER = "not eligible due to preemptionPolicy=Never."
+TERMINATING = "not eligible due to a terminating pod on the nominated node."
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 PRIORITY_OFFSET = 2**31  # upstream adds MaxInt32 + 1 to each priority it sums, so negative priorities sum right
@@ -63,9 +64,19 @@ class Victims:
     stranded: int = 0  # thousandths of GPU this preemption leaves free on partly used devices, beyond those before
 
 
-def eligible(pod: PodFacts) -> str | None:
-    """PodEligibleToPreemptOthers: why the pod may not preempt, or None."""
-    return NEVER if pod.never_preempts else None
+def eligible(pod: PodFacts, cluster: Any = None, *, nominated_unresolvable: bool = False) -> str | None:
+    """PodEligibleToPreemptOthers: why the pod may not preempt, or None. A pod whose nominated node still has a
+    lower-priority pod terminating by preemption waits for it, rather than evict more, unless that node can no
+    longer take it whatever is evicted (`nominated_unresolvable`)."""
+    if pod.never_preempts:
+        return NEVER
+    row = cluster.index.get(pod.nominated_node) if cluster is not None and pod.nominated_node else None
+    if row is not None and not nominated_unresolvable:
+        for uid in cluster.node_pods.get(row, ()):
+            other = cluster.assignments[uid].pod
+            if other.priority < pod.priority and other.preempted:
+                return TERMINATING
+    return None
 
 
 def started_at(pod: PodFacts) -> tuple[int, int]:
@@ -207,7 +218,7 @@ class Evaluator:
 
     def preempt(self, pod: PodFacts, budgets: Sequence[Budget] = ()) -> Victims | str:
         """The node to free for `pod` and its victims, or why there is none (upstream's words)."""
-        reason = eligible(pod)
+        reason = eligible(pod, self.cluster)
         if reason is not None:
             return reason
         chosen = self.pick(self.candidates(pod, budgets))

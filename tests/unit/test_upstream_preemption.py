@@ -32,9 +32,10 @@ def dry_run_rows(case: dict[str, Any], model: Any) -> list[int]:
 def test_preemption_as_upstream(case):
     model, evaluator, pod, budgets = evaluator_of(case)
     if "eligible" in case:
-        assert (preemption.eligible(pod) is None) == case["eligible"]
-        if not case["eligible"]:
-            assert preemption.eligible(pod) == case["message"]
+        unresolvable = case.get("nominated_node_status") == "UnschedulableAndUnresolvable"
+        reason = preemption.eligible(pod, model.cluster, nominated_unresolvable=unresolvable)
+        assert (reason is None) == case["eligible"]
+        assert reason == case.get("message")
     if "candidates" not in case and "chosen" not in case and "victims" not in case:
         return
     found = evaluator.candidates(pod, budgets, rows=dry_run_rows(case, model)) if preemption.eligible(pod) is None \
