@@ -257,24 +257,20 @@ class ClusterWatches:
             Reflector(core.list_namespace, name="Namespaces", on_replace=on_namespaces, on_event=on_namespace),
         ]
         if apps is not None and on_selectors is not None and on_selector is not None:
-            for kind, list_call in (("Service", core.list_service_for_all_namespaces),
-                                    ("ReplicationController", core.list_replication_controller_for_all_namespaces),
-                                    ("ReplicaSet", apps.list_replica_set_for_all_namespaces),
-                                    ("StatefulSet", apps.list_stateful_set_for_all_namespaces)):
-                reflectors.append(Reflector(list_call, name=f"{kind}s",
-                                            on_replace=functools.partial(on_selectors, kind),
-                                            on_event=functools.partial(on_selector, kind)))
+            reflectors += _of_kinds(on_selectors, on_selector, (
+                ("Service", core.list_service_for_all_namespaces),
+                ("ReplicationController", core.list_replication_controller_for_all_namespaces),
+                ("ReplicaSet", apps.list_replica_set_for_all_namespaces),
+                ("StatefulSet", apps.list_stateful_set_for_all_namespaces)))
         if storage is not None and on_storage_list is not None and on_storage is not None:
-            for kind, list_call in (("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
-                                    ("PersistentVolume", core.list_persistent_volume),
-                                    ("StorageClass", storage.list_storage_class),
-                                    ("CSINode", storage.list_csi_node),
-                                    ("CSIDriver", storage.list_csi_driver),
-                                    ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
-                                    ("VolumeAttachment", storage.list_volume_attachment)):
-                reflectors.append(Reflector(list_call, name=f"{kind}s",
-                                            on_replace=functools.partial(on_storage_list, kind),
-                                            on_event=functools.partial(on_storage, kind)))
+            reflectors += _of_kinds(on_storage_list, on_storage, (
+                ("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
+                ("PersistentVolume", core.list_persistent_volume),
+                ("StorageClass", storage.list_storage_class),
+                ("CSINode", storage.list_csi_node),
+                ("CSIDriver", storage.list_csi_driver),
+                ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
+                ("VolumeAttachment", storage.list_volume_attachment)))
         return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:
@@ -294,6 +290,13 @@ class ClusterWatches:
 
     def down(self, max_down: float = MAX_DOWN_SECONDS) -> list[str]:
         return down(self.reflectors, max_down)
+
+
+def _of_kinds(on_list: Callable[[str, list[Any]], None], on_event: Callable[[str, str, Any], None],
+              kinds: Iterable[tuple[str, Callable[..., Any]]]) -> list[Reflector]:
+    """A reflector per (kind, list call), named `<kind>s`, whose callbacks take the kind first."""
+    return [Reflector(list_call, name=f"{kind}s", on_replace=functools.partial(on_list, kind),
+                      on_event=functools.partial(on_event, kind)) for kind, list_call in kinds]
 
 
 def _loads(text: bytes | str) -> Any:

@@ -69,10 +69,9 @@ class Framework:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
         self.workload.observe(pod)
         cycle = self._cycle(pod)
-        for _, pre_filter in plugins.PRE_FILTERS:
-            message = pre_filter(cycle)
-            if message is not None:
-                return Decision(pod.key, None, reason=f"0/{cluster.node_count} nodes are available: {message}.")
+        message = _pre_filtered(cycle)
+        if message is not None:
+            return Decision(pod.key, None, reason=f"0/{cluster.node_count} nodes are available: {message}.")
         alive = cluster.present[: cluster.size].copy()
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
@@ -146,7 +145,7 @@ class Framework:
         if pod.problems or pod.unsupported or not self.cluster.present[row]:
             return False
         cycle = self._cycle(pod)
-        if any(pre_filter(cycle) is not None for _, pre_filter in plugins.PRE_FILTERS):
+        if _pre_filtered(cycle) is not None:
             return False
         return not any(mask[row] for _, filter_plugin in plugins.FILTERS for mask, _ in filter_plugin(cycle))
 
@@ -157,7 +156,7 @@ class Framework:
         if pod.problems or pod.unsupported:
             return np.zeros(0, dtype=np.int64)
         cycle = self._cycle(pod)
-        if any(pre_filter(cycle) is not None for _, pre_filter in plugins.PRE_FILTERS):
+        if _pre_filtered(cycle) is not None:
             return np.zeros(0, dtype=np.int64)
         alive = cluster.present[: cluster.size].copy()
         potential = np.zeros_like(alive)
@@ -258,6 +257,11 @@ class Framework:
             weights += weight
         average = total / weights if weights else total
         return feasible, failed, {name: float(value) for name, value in zip(feasible, average)}
+
+
+def _pre_filtered(cycle: plugins.Cycle) -> str | None:
+    """The message of the first pre-filter that rejects the pod whatever the node, or None."""
+    return next((message for _, pre_filter in plugins.PRE_FILTERS if (message := pre_filter(cycle)) is not None), None)
 
 
 def _unschedulable(nodes: int, reasons: Counter[str]) -> str:

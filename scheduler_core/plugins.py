@@ -312,10 +312,6 @@ PRE_FILTERS: tuple[tuple[str, Callable[[Cycle], str | None]], ...] = (
 )
 
 
-def _each_node(cycle: Cycle) -> list[tuple[int, Any]]:
-    return [(row, facts) for row, facts in enumerate(cycle.cluster.facts) if facts is not None]
-
-
 def volume_restrictions(cycle: Cycle) -> Failures:
     """VolumeRestrictions: an inline disk (GCE PD, EBS, iSCSI, RBD) mounted by a pod on the node already, and a
     ReadWriteOncePod claim some placed pod uses (every node then)."""
@@ -465,8 +461,8 @@ def volume_zone(cycle: Cycle) -> Failures:
 
     def compute() -> np.ndarray:
         fails = np.zeros(cycle.rows, dtype=bool)
-        for row, facts in _each_node(cycle):
-            fails[row] = not volumes.zone_fits(zones, facts.labels)
+        for row, facts in enumerate(cycle.cluster.facts):
+            fails[row] = facts is not None and not volumes.zone_fits(zones, facts.labels)
         return fails
     return [(cycle.cached(("volume-zone", tuple(zones)), compute), volumes.ZONE_CONFLICT)]
 

@@ -751,9 +751,6 @@ def _bind_delayed(storage: Storage, delayed: list[Claim], nodes: Nodes, present:
     # checkVolumeProvisions over the rows where some claim is to be provisioned: the first claim that fails decides
     provisioning = [(claim, open_rows.copy()) for claim in found.selected]
     provisioning += [(claim, rows.copy()) for claim, rows in found.unmatched]
-    unmatched_any = np.zeros(size, dtype=bool)
-    for _, rows in found.unmatched:
-        unmatched_any |= rows
     failed = np.zeros(size, dtype=bool)
     for claim, rows in provisioning:
         rows &= ~failed

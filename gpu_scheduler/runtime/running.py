@@ -78,7 +78,6 @@ class LiveScheduler:
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
         self.binding_now = 0
         self.volume_bind_timeout = volume_bind_timeout
-        self.volume_plans: dict[str, volumes.Plan] = {}  # by pod UID: plans being written
         self.awaiting_volumes: dict[str, AwaitingVolumes] = {}  # by pod UID: plans written, claims not all bound
         self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
@@ -261,11 +260,9 @@ class LiveScheduler:
         plan = decision.volume_plan
         changes = volumes.writes(self.model.cluster.storage, plan) if plan else []
         self.model.assume(pending.facts, decision.node, decision.devices, now=_now())
-        with self.bindings_pause:
-            self.binding_now += 1
+        self._binding_started()
         if plan:
             self.model.cluster.storage.assume(plan)
-            self.volume_plans[uid] = plan
             self.binder.submit(self._write_volumes, pending, decision, changes)
         else:
             self.binder.submit(self._bind, pending, decision)
@@ -278,7 +275,7 @@ class LiveScheduler:
         try:
             written = binding.write_volumes(self.api, changes)
         except (ApiException, HTTPError, OSError, ValueError) as err:
-            self.events.put(("refused", pending, decision.node, err, self._read(pending)))
+            self.events.put(("refused", pending, decision, err, self._read(pending)))
             return
         finally:
             self._binding_done()
@@ -286,7 +283,6 @@ class LiveScheduler:
 
     def _on_volumes_written(self, pending: watched.PendingPod, decision: framework.Decision,
                             written: dict[str, str]) -> None:
-        self.volume_plans.pop(pending.uid, None)
         self.awaiting_volumes[pending.uid] = AwaitingVolumes(pending, decision, written,
                                                              time.monotonic() + self.volume_bind_timeout)
         self._check_volumes()
@@ -311,8 +307,7 @@ class LiveScheduler:
             del self.awaiting_volumes[uid]
             storage.forget(plan)
             if state is True:
-                with self.bindings_pause:
-                    self.binding_now += 1
+                self._binding_started()
                 self.binder.submit(self._bind, waiting.pending, waiting.decision)
                 continue
             reason = state if isinstance(state, str) else (
@@ -325,6 +320,10 @@ class LiveScheduler:
         metrics.ATTEMPTS.labels("error").inc()
         self.queue.failed(pending.uid, time.monotonic(), unschedulable=False)
         self._report_unschedulable(pending, message)
+
+    def _binding_started(self) -> None:
+        with self.bindings_pause:
+            self.binding_now += 1
 
     def _binding_done(self) -> None:
         with self.bindings_pause:
@@ -346,7 +345,7 @@ class LiveScheduler:
             binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
                          node=decision.node or "", devices=decision.devices)
         except (ApiException, HTTPError, OSError) as err:
-            self.events.put(("refused", pending, decision.node, err, self._read(pending)))
+            self.events.put(("refused", pending, decision, err, self._read(pending)))
             return
         finally:
             self._binding_done()
@@ -387,14 +386,15 @@ class LiveScheduler:
         self.queue.done(pending.uid)
         self.reported.pop(pending.uid, None)
 
-    def _on_refused(self, pending: watched.PendingPod, node: str, error: Exception, seen: Any) -> None:
+    def _on_refused(self, pending: watched.PendingPod, decision: framework.Decision, error: Exception,
+                    seen: Any) -> None:
         """The binding failed: the model follows what the API says of the pod (`seen`), and a pod still
         pending is retried after a backoff, not dropped."""
         uid = pending.uid
         metrics.BIND_ERRORS.labels(str(getattr(error, "status", None) or type(error).__name__)).inc()
-        plan = self.volume_plans.pop(uid, None)
-        if plan is not None:  # a refused volume write: the claimRefs and selected nodes it assumed go too
-            self.model.cluster.storage.forget(plan)
+        node = decision.node
+        if decision.volume_plan:  # a refused volume write: the claimRefs and selected nodes it assumed go too
+            self.model.cluster.storage.forget(decision.volume_plan)
         if seen is UNREAD:
             self._apply(self.model.forget(uid, pending=pending))
         else:

@@ -18,13 +18,13 @@ WFFC = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {
 
 
 def claim(name: str, *, size: str = "10Gi", storage_class: str = "zonal", volume: str | None = None,
-          **annotations: str) -> dict[str, Any]:
+          version: str = "1", **annotations: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
                             "resources": {"requests": {"storage": size}}}
     if volume:
         spec["volumeName"] = volume
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "spec": spec,
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": version,
                          "annotations": annotations}}
 
 
@@ -93,9 +93,8 @@ def test_prebind_writes_name_the_version_decided_on_and_settled_waits_for_the_pv
     storage.set("PersistentVolume", bound_pv)
     done = {volumes.BIND_COMPLETED: "yes"}
     storage.set("PersistentVolumeClaim", claim("one", volume="pv-a", **done))
-    storage.set("PersistentVolumeClaim", {**claim("two", volume="pv-b", **done, **{volumes.SELECTED_NODE: "a"}),
-                                          "metadata": {**claim("two")["metadata"], "resourceVersion": "8",
-                                                       "annotations": {**done, volumes.SELECTED_NODE: "a"}}})
+    storage.set("PersistentVolumeClaim", claim("two", volume="pv-b", version="8", **done,
+                                               **{volumes.SELECTED_NODE: "a"}))
     assert volumes.settled(storage, plan, written, labels) is False  # pv-b not seen yet
     storage.set("PersistentVolume", volume("pv-b", zone="zone-b"))
     assert volumes.settled(storage, plan, written, labels) == \
