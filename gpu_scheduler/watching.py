@@ -245,10 +245,13 @@ class ClusterWatches:
                    apps: Any = None, on_selectors: Callable[[str, list[Any]], None] | None = None,
                    on_selector: Callable[[str, str, Any], None] | None = None, storage: Any = None,
                    on_storage_list: Callable[[str, list[Any]], None] | None = None,
-                   on_storage: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
+                   on_storage: Callable[[str, str, Any], None] | None = None, policy: Any = None,
+                   on_budgets: Callable[[list[Any]], None] | None = None,
+                   on_budget: Callable[[str, Any], None] | None = None) -> ClusterWatches:
         """Given `apps` (an AppsV1Api) and the selector callbacks, which take the object's kind first, the
         selector watches too; given `storage` (a StorageV1Api) and the storage callbacks, the watches of the
-        objects the volume plugins read (scheduler_core.volumes.KINDS)."""
+        objects the volume plugins read (scheduler_core.volumes.KINDS); given `policy` (a PolicyV1Api) and the
+        budget callbacks, the PodDisruptionBudgets preemption reads."""
         reflectors = [
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
@@ -271,6 +274,9 @@ class ClusterWatches:
                 ("CSIDriver", storage.list_csi_driver),
                 ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
                 ("VolumeAttachment", storage.list_volume_attachment)))
+        if policy is not None and on_budgets is not None and on_budget is not None:
+            reflectors.append(Reflector(policy.list_pod_disruption_budget_for_all_namespaces,
+                                        name="PodDisruptionBudgets", on_replace=on_budgets, on_event=on_budget))
         return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:

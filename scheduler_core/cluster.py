@@ -318,16 +318,19 @@ class Cluster:
         self._count_labels(row, pod, sign=-1)
         return assignment
 
-    def relabel(self, key: str, *, labels: Mapping[str, str], app: str | None, terminating: bool) -> bool:
-        """A placed pod's labels changed (the apiserver adds its node's topology labels at binding), or its
-        deletion began: count it anew for the plugins that select pods by label. Its requests and devices stay
-        as they are, and so do the rows' versions the score caches key on. Whether it is placed."""
+    def relabel(self, key: str, *, labels: Mapping[str, str], app: str | None, terminating: bool,
+                started: str | None, preempted: bool) -> bool:
+        """A placed pod's labels changed (the apiserver adds its node's topology labels at binding), its deletion
+        began, or it started: count it anew for the plugins that select pods by label, and note what preemption
+        reads. Its requests and devices stay as they are, and so do the rows' versions the score caches key on.
+        Whether it is placed."""
         assignment = self.assignments.get(key)
         if assignment is None:
             return False
         row = assignment.node
         self._count_labels(row, assignment.pod, sign=-1)
-        changed = replace(assignment.pod, labels=labels, app=app, terminating=terminating)
+        changed = replace(assignment.pod, labels=labels, app=app, terminating=terminating, started=started,
+                          preempted=preempted)
         self.assignments[key] = Assignment(changed, row, assignment.devices)
         self._count_labels(row, changed, sign=1)
         return True

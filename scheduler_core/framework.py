@@ -142,12 +142,39 @@ class Framework:
     def fits(self, pod: PodFacts, row: int) -> bool:
         """Whether every pre-filter and filter lets `pod` onto the node of `row`, as the model is now (preemption
         asks this with pods taken away)."""
-        if pod.problems or pod.unsupported or not self.cluster.present[row]:
-            return False
+        return bool(self.fitting(pod)[row])
+
+    def fitting(self, pod: PodFacts) -> np.ndarray:
+        """For every row, whether every pre-filter and filter lets `pod` onto its node as the model is now."""
+        cluster = self.cluster
+        alive = cluster.present[: cluster.size].copy()
+        if pod.problems or pod.unsupported:
+            return np.zeros_like(alive)
         cycle = self._cycle(pod)
         if _pre_filtered(cycle) is not None:
-            return False
-        return not any(mask[row] for _, filter_plugin in plugins.FILTERS for mask, _ in filter_plugin(cycle))
+            return np.zeros_like(alive)
+        for _, filter_plugin in plugins.FILTERS:
+            for mask, _ in filter_plugin(cycle):
+                np.greater(alive, mask, out=alive)
+        return alive
+
+    def first_rejections(self, pod: PodFacts, rows: list[int]) -> dict[int, str]:
+        """For each of `rows` that rejects `pod`, the reason of the first filter that does (as the model is now)."""
+        if not rows:
+            return {}
+        cycle = self._cycle(pod)
+        message = _pre_filtered(cycle)
+        if message is not None:
+            return dict.fromkeys(rows, message)
+        found: dict[int, str] = {}
+        for _, filter_plugin in plugins.FILTERS:
+            for mask, reason in filter_plugin(cycle):
+                for row in rows:
+                    if row not in found and mask[row]:
+                        found[row] = reason
+            if len(found) == len(rows):
+                break
+        return found
 
     def preemptible_rows(self, pod: PodFacts) -> np.ndarray:
         """The rows that reject `pod` now, each first for a reason evicting pods may cure

@@ -132,6 +132,7 @@ def parse(
 ) -> PodFacts:
     metadata = fields.mapping(pod.get("metadata"))
     spec = fields.mapping(pod.get("spec"))
+    status = fields.mapping(pod.get("status"))
     annotations = fields.mapping(metadata.get("annotations"))
     labels = fields.strings(metadata.get("labels"))
     problems: list[str] = []
@@ -195,21 +196,28 @@ def parse(
         controller=spread.controller_of(metadata.get("ownerReferences")),
         terminating=metadata.get("deletionTimestamp") is not None,
         volumes=volumes.pod_volumes(spec, str(metadata.get("name") or "")),
-        started=_started(fields.mapping(pod.get("status")).get("startTime")),
+        started=started_of(status),
         never_preempts=spec.get("preemptionPolicy") == "Never",
-        nominated_node=str(fields.mapping(pod.get("status")).get("nominatedNodeName") or "") or None,
-        preempted=metadata.get("deletionTimestamp") is not None and any(
-            c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == PREEMPTED
-            for c in map(fields.mapping, fields.sequence(fields.mapping(pod.get("status")).get("conditions")))),
+        nominated_node=str(status.get("nominatedNodeName") or "") or None,
+        preempted=preempted_of(metadata, status),
     )
 
 
 PREEMPTED = "PreemptionByScheduler"  # the reason of the DisruptionTarget condition a preempting scheduler sets
 
 
-def _started(value: object) -> str | None:
-    """status.startTime as an instant that sorts as text (RFC 3339 in UTC, as the API writes it)."""
+def started_of(status: Mapping[str, Any]) -> str | None:
+    """status.startTime (RFC 3339), or None."""
+    value = status.get("startTime")
     return value if isinstance(value, str) and value else None
+
+
+def preempted_of(metadata: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a scheduler's preemption is deleting the pod: being deleted, with the DisruptionTarget condition
+    of reason PreemptionByScheduler."""
+    return metadata.get("deletionTimestamp") is not None and any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == PREEMPTED
+        for c in map(fields.mapping, fields.sequence(status.get("conditions"))))
 
 
 def _scheduled(effective: requests.Requests) -> dict[str, int]:

@@ -15,9 +15,12 @@ Pure: the model is changed only for a moment (victims taken away, then put back 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,8 @@ TERMINATING = "not eligible due to a terminating pod on the nominated node."
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 PRIORITY_OFFSET = 2**31  # upstream adds MaxInt32 + 1 to each priority it sums, so negative priorities sum right
+MIN_CANDIDATES_PERCENTAGE = 10  # DefaultPreemptionArgs' defaults: the dry run stops once it has found this share of
+MIN_CANDIDATES_ABSOLUTE = 100  # the nodes as candidates, and at least this many
 
 
 @dataclass(frozen=True)
@@ -129,16 +134,90 @@ class Evaluator:
     def __init__(self, framework: Any):
         self.framework = framework
         self.cluster = framework.cluster
+        self.statuses: dict[int, str] = {}  # row -> why the last dry run found no victims there
 
-    def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None
-                   ) -> list[Victims]:
-        """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure)."""
-        found = []
-        for row in self.framework.preemptible_rows(pod) if rows is None else rows:
-            victims = self.select_victims(pod, int(row), budgets)
-            if victims is not None:
-                found.append(victims)
+    def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None,
+                   offset: int = 0) -> list[Victims]:
+        """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure), from the
+        `offset`-th on, round, until as many candidates as upstream's cut-off asks are found (at least one of them
+        violating no budget)."""
+        self.statuses = {}
+        potential = [int(row) for row in (self.framework.preemptible_rows(pod) if rows is None else rows)]
+        if not potential:
+            return []
+        start = offset % len(potential)
+        potential = potential[start:] + potential[:start]
+        wanted = candidates_wanted(len(potential))
+        found: list[Victims] = []
+        for first in range(0, len(potential), wanted):
+            chunk = potential[first: first + wanted]
+            if _node_local(pod, self.cluster):
+                found += self._victims_at_once(pod, chunk, budgets)
+            else:
+                found += [victims for row in chunk if (victims := self.select_victims(pod, row, budgets))]
+            clean = sum(1 for victims in found if not victims.pdb_violations)
+            if clean and len(found) >= wanted:
+                break
         return found
+
+    def _victims_at_once(self, pod: PodFacts, rows: Sequence[int], budgets: Sequence[Budget]) -> list[Victims]:
+        """SelectVictimsOnNode for many nodes in one pass per step: each node's lower-priority pods taken away
+        together, the k-th of each node reprieved together. Exact only when whether the pod fits a node does not
+        depend on the pods of other nodes (`_node_local`)."""
+        cluster = self.cluster
+        removed: dict[int, dict[str, Any]] = {}
+        for row in rows:
+            lower = {uid: cluster.assignments[uid] for uid in sorted(cluster.node_pods.get(row, ()))
+                     if cluster.assignments[uid].pod.priority < pod.priority}
+            if lower:
+                removed[row] = lower
+            else:
+                self.statuses[row] = NO_VICTIMS
+        for lower in removed.values():
+            for uid in lower:
+                cluster.unassign(uid)
+        try:
+            fitting = self.framework.fitting(pod)
+            self.statuses.update(self.framework.first_rejections(pod, [row for row in removed if not fitting[row]]))
+            orders: dict[int, tuple[list[PodFacts], list[PodFacts]]] = {
+                row: violating(more_important_first(a.pod for a in lower.values()), budgets)
+                for row, lower in removed.items() if fitting[row]}
+            victims: dict[int, list[PodFacts]] = {row: [] for row in orders}
+            violations = dict.fromkeys(orders, 0)
+            steps = max((len(bad) + len(good) for bad, good in orders.values()), default=0)
+            for step in range(steps):
+                trying = {}
+                for row, (bad, good) in orders.items():
+                    if step < len(bad) + len(good):
+                        candidate = (bad + good)[step]
+                        assignment = removed[row][candidate.identity]
+                        cluster.assign(assignment.pod, cluster.node(row).name, assignment.devices)
+                        trying[row] = candidate
+                fitting = self.framework.fitting(pod)
+                for row, candidate in trying.items():
+                    if fitting[row]:
+                        del removed[row][candidate.identity]  # reprieved: stays
+                        continue
+                    cluster.unassign(candidate.identity)
+                    victims[row].append(candidate)
+                    violations[row] += candidate in orders[row][0]
+            found = []
+            for row, chosen in victims.items():
+                if not chosen:
+                    self.statuses[row] = f'expected at least one victim pod on node "{cluster.node(row).name}"'
+                    continue
+                bad, good = orders[row]
+                if bad and good:
+                    chosen = more_important_first(chosen)
+                found.append(Victims(cluster.node(row).name, tuple(chosen), violations[row],
+                                     self._stranded(pod, row, [removed[row][v.identity] for v in chosen])))
+            return found
+        finally:
+            for row, lower in removed.items():
+                node = cluster.node(row).name
+                for assignment in lower.values():
+                    if assignment.pod.identity not in cluster.assignments:
+                        cluster.assign(assignment.pod, node, assignment.devices)
 
     def select_victims(self, pod: PodFacts, row: int, budgets: Sequence[Budget] = ()) -> Victims | None:
         """SelectVictimsOnNode: the fewest lower-priority pods whose eviction lets `pod` fit on `row`, or None."""
@@ -146,6 +225,7 @@ class Evaluator:
         lower = [cluster.assignments[uid] for uid in sorted(cluster.node_pods.get(row, ()))
                  if cluster.assignments[uid].pod.priority < pod.priority]
         if not lower:
+            self.statuses[row] = NO_VICTIMS
             return None
         node = cluster.node(row).name
         removed = {assignment.pod.identity: assignment for assignment in lower}
@@ -153,6 +233,7 @@ class Evaluator:
             cluster.unassign(uid)
         try:
             if not self.framework.fits(pod, row):
+                self.statuses.update(self.framework.first_rejections(pod, [row]))
                 return None
             bad, good = violating(more_important_first(a.pod for a in lower), budgets)
             victims: list[PodFacts] = []
@@ -167,6 +248,7 @@ class Evaluator:
                 victims.append(candidate)
                 violations += candidate in bad
             if not victims:  # every pod reprieved: the pod fits as the node is, no candidate (preemption.go:445)
+                self.statuses[row] = f'expected at least one victim pod on node "{node}"'
                 return None
             if bad and good:
                 victims = more_important_first(victims)
@@ -216,15 +298,56 @@ class Evaluator:
         latest = max(earliest_start(v) for v in remaining)
         return next(v for v in remaining if earliest_start(v) == latest)
 
-    def preempt(self, pod: PodFacts, budgets: Sequence[Budget] = ()) -> Victims | str:
-        """The node to free for `pod` and its victims, or why there is none (upstream's words)."""
-        reason = eligible(pod, self.cluster)
+    def preempt(self, pod: PodFacts, budgets: Sequence[Budget] = (), *, offset: int = 0,
+                nominated_unresolvable: bool = False) -> Victims | str:
+        """The node to free for `pod` and its victims, or why there is none (upstream's words: NEVER or TERMINATING
+        when the pod may not preempt now, else the nodes counted by why none is a candidate)."""
+        reason = eligible(pod, self.cluster, nominated_unresolvable=nominated_unresolvable)
         if reason is not None:
             return reason
-        chosen = self.pick(self.candidates(pod, budgets))
-        if chosen is None:
-            return f"0/{self.cluster.node_count} nodes are available: {NOT_HELPFUL}."
-        return chosen
+        chosen = self.pick(self.candidates(pod, budgets, offset=offset))
+        return chosen if chosen is not None else self.none_found()
+
+    def none_found(self) -> str:
+        """Why the last dry run found no candidate, as upstream's FitError: each node under why it is none (a
+        node the dry run did not reach, or whose rejection no eviction cures: not helpful)."""
+        reasons = Counter(self.statuses.values())
+        reasons[NOT_HELPFUL] += self.cluster.node_count - len(self.statuses)
+        parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda i: (-i[1], i[0])) if count]
+        return f"0/{self.cluster.node_count} nodes are available: {', '.join(parts)}."
+
+
+def candidates_wanted(potential: int) -> int:
+    """calculateNumCandidates: how many candidates the dry run looks for among `potential` nodes."""
+    wanted = max(potential * MIN_CANDIDATES_PERCENTAGE // 100, MIN_CANDIDATES_ABSOLUTE)
+    return min(wanted, potential)
+
+
+def _node_local(pod: PodFacts, cluster: Any) -> bool:
+    """Whether the pod fits a node or not whatever the pods of other nodes: no inter-pod affinity or hard topology
+    spread of its own, and no placed pod's required anti-affinity anywhere."""
+    return (pod.pod_affinity is None and (pod.topology_spread is None or not pod.topology_spread.hard)
+            and not cluster.pod_index.anti_terms)
+
+
+@contextlib.contextmanager
+def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFacts) -> Iterator[None]:
+    """The pods a preemption nominated a node for, of `pod`'s priority or higher, accounted on those nodes while
+    `pod` is decided (upstream's filters run with them added to the node), so room made for a more important pod
+    is not taken meanwhile. Each takes the devices free for it there, as many as there are while victims still
+    terminate; the requests it adds keep the rest. Taken away again afterwards."""
+    added = []
+    try:
+        for nominee, node in nominees:
+            if nominee.identity == pod.identity or nominee.priority < pod.priority or node not in cluster.index \
+                    or nominee.identity in cluster.assignments:
+                continue
+            cluster.restore(dataclasses.replace(nominee, node_name=node, devices=None))
+            added.append(nominee.identity)
+        yield
+    finally:
+        for uid in added:
+            cluster.unassign(uid)
 
 
 def stranded_of(free: np.ndarray) -> int:

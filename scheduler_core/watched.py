@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core import cluster, fields, nodes, pods, profile, spread, warmup
+from scheduler_core import cluster, fields, nodes, pods, preemption, profile, spread, warmup
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,10 @@ class WatchedCluster:
         # uids of pending pods that other pods landing may let through: required pod affinity, DoNotSchedule
         # topology spread (some may be gone)
         self._awaiting: set[str] = set()
+        self.budgets: dict[str, preemption.Budget] = {}  # PodDisruptionBudgets by uid, as preemption reads them
+        # uid -> node: where a preemption made room for a pending pod (status.nominatedNodeName, or ours before the
+        # API shows it); entries of pods no longer pending are dropped as `nominees` meets them
+        self.nominated: dict[str, str] = {}
 
     def configure(self, scheduling: profile.Scheduling) -> None:
         """Objects parsed from now on use these locality labels and utilization age."""
@@ -244,6 +248,42 @@ class WatchedCluster:
             self.storage_event(kind, "ADDED", obj, now=now)
         return Change(freed=True)
 
+    # --- disruption budgets and nominations ---------------------------------------------------------
+
+    def budget_event(self, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A PodDisruptionBudget added, changed or deleted: which victims preemption would rather spare."""
+        def update() -> Change:
+            if event == "DELETED":
+                self.budgets.pop(_uid(obj), None)
+            else:
+                self.budgets[_uid(obj)] = preemption.Budget.of(obj)
+            return Change()
+        return self._guarded("PodDisruptionBudget", obj, update)
+
+    def budgets_relisted(self, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
+        self.budgets.clear()
+        for obj in items:
+            self.budget_event("ADDED", obj, now=now)
+        return Change()
+
+    def nominate(self, uid: str, node: str | None) -> None:
+        """Our preemption made room on `node` for the pending pod `uid` (None: it no longer needs it)."""
+        if node and uid in self.pending:
+            self.nominated[uid] = node
+        else:
+            self.nominated.pop(uid, None)
+
+    def nominees(self) -> list[tuple[pods.PodFacts, str]]:
+        """The pending pods a preemption made room for, each with its node."""
+        found = []
+        for uid, node in list(self.nominated.items()):
+            pending = self.pending.get(uid)
+            if pending is None:
+                del self.nominated[uid]
+            else:
+                found.append((pending.facts, node))
+        return found
+
     # --- pods -------------------------------------------------------------------------------------
 
     def pod_event(self, kind: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
@@ -308,10 +348,10 @@ class WatchedCluster:
                 self._keep_warm_up(uid, obj)
                 if seen == _counted_as(current.pod):
                     return Change()
-                _, labels, terminating = seen
+                _, labels, terminating, started, preempted = seen
                 return Change(freed=self.cluster.relabel(
                     uid, labels=labels, app=pods.app_of(labels, self.scheduling.locality_labels),
-                    terminating=terminating))
+                    terminating=terminating, started=started, preempted=preempted))
         facts = self.facts_of(obj)
         node = facts.node_name or ""
         change = Change()
@@ -324,11 +364,13 @@ class WatchedCluster:
             # begun, change what topology spread and pod affinity count
             if _counted_as(current.pod) != _counted_as(facts):
                 change.freed = self.cluster.relabel(uid, labels=facts.labels, app=facts.app,
-                                                    terminating=facts.terminating)
+                                                    terminating=facts.terminating, started=facts.started,
+                                                    preempted=facts.preempted)
         elif current is None and orphan is not None and orphan.node_name == node:
             # waiting for its node with the devices first recorded: a later edit of the annotation moves nothing
             self.orphans[uid] = dataclasses.replace(orphan, labels=facts.labels, app=facts.app,
-                                                    terminating=facts.terminating)
+                                                    terminating=facts.terminating, started=facts.started,
+                                                    preempted=facts.preempted)
         else:
             # a pod now on a node may be what a parked pod's pod affinity or topology spread waits for
             change.freed = self._release(uid) or self._awaiting_pods()
@@ -391,6 +433,8 @@ class WatchedCluster:
     def _pend(self, pending: PendingPod) -> None:
         self.pending[pending.uid] = pending
         facts = pending.facts
+        if facts.nominated_node:  # an update without it (a view older than our own nomination) clears nothing
+            self.nominated[pending.uid] = facts.nominated_node
         if (facts.pod_affinity is not None and facts.pod_affinity.required) or (
                 facts.topology_spread is not None and facts.topology_spread.hard):
             self._awaiting.add(pending.uid)
@@ -514,17 +558,21 @@ def _expired(assumption: Assumption, now: datetime.datetime) -> bool:
     return assumption.bound_at is not None and now - assumption.bound_at > ASSUMED_TTL
 
 
-def _counted_as(facts: pods.PodFacts) -> tuple[str | None, Mapping[str, str], bool]:
-    """Where a placed pod is, and what of it the plugins that select pods by label read: what a watch update
-    may change."""
-    return facts.node_name, facts.labels, facts.terminating
+Counted = tuple[str | None, Mapping[str, str], bool, str | None, bool]
 
 
-def _seen_as(obj: Mapping[str, Any]) -> tuple[str | None, Mapping[str, str], bool]:
+def _counted_as(facts: pods.PodFacts) -> Counted:
+    """Where a placed pod is, what of it the plugins that select pods by label read, and what preemption reads of
+    it (its start, whether a preemption is deleting it): what a watch update may change."""
+    return facts.node_name, facts.labels, facts.terminating, facts.started, facts.preempted
+
+
+def _seen_as(obj: Mapping[str, Any]) -> Counted:
     """`_counted_as` read from the pod itself, without parsing it all: most updates of placed pods are status."""
     metadata = obj.get("metadata") or {}
-    return (obj.get("spec") or {}).get("nodeName"), fields.strings(metadata.get("labels")), \
-        metadata.get("deletionTimestamp") is not None
+    status = fields.mapping(obj.get("status"))
+    return ((obj.get("spec") or {}).get("nodeName"), fields.strings(metadata.get("labels")),
+            metadata.get("deletionTimestamp") is not None, pods.started_of(status), pods.preempted_of(metadata, status))
 
 
 def _relevant(facts: nodes.NodeFacts) -> nodes.NodeFacts:

@@ -22,3 +22,13 @@ PROMOTIONS = Counter(
     "Deletion-cost warm-up patches by result (promoted, skipped: the cost had changed, error).",
     ["result"],
 )
+PREEMPTION_ATTEMPTS = Counter(
+    "gpu_scheduler_preemption_attempts_total",
+    "Preemption attempts: pods that fit nowhere and were looked at for victims (as kube-scheduler's "
+    "scheduler_preemption_attempts_total).",
+)
+PREEMPTION_VICTIMS = Histogram(
+    "gpu_scheduler_preemption_victims",
+    "Victims selected per preemption (as kube-scheduler's scheduler_preemption_victims).",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)

@@ -28,7 +28,7 @@ from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import binding, events, metrics
-from scheduler_core import framework, queueing, volumes, warmup, watched
+from scheduler_core import framework, pods, preemption, queueing, volumes, warmup, watched
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ WARMUP_RETRY = 30.0
 UNREAD = object()  # after a failed binding: the API could not be asked what became of the pod
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
                "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace",
-               "volumes-written": "Pod"}
+               "volumes-written": "Pod", "preempted": "Pod", "budget": "PodDisruptionBudget",
+               "budgets": "PodDisruptionBudget"}
 
 
 @dataclasses.dataclass
@@ -76,9 +77,15 @@ class LiveScheduler:
         # A bound pod's Scheduled event and devices record trail the bindings: they wait until no binding is in
         # flight, up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
+        # Preemptions are carried out by their own pool: each is a few writes in order, for one pod at a time.
+        self.evictor = ThreadPoolExecutor(8, thread_name_prefix="evictor")
         self.binding_now = 0
         self.volume_bind_timeout = volume_bind_timeout
         self.awaiting_volumes: dict[str, AwaitingVolumes] = {}  # by pod UID: plans written, claims not all bound
+        self.preemptor = preemption.Evaluator(self.framework)
+        # preemptor uid -> its victims' uids, from the decision until the watch shows each gone or being deleted by
+        # the preemption (None while the API calls are in flight): one preemption at a time per pod
+        self.preempting: dict[str, set[str] | None] = {}
         self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
         self.alive = threading.Event()
@@ -93,7 +100,9 @@ class LiveScheduler:
             apps=client.AppsV1Api(api), on_selectors=lambda kind, items: self.events.put(("selectors", kind, items)),
             on_selector=lambda kind, event, obj: self.events.put(("selector", kind, event, obj)),
             storage=client.StorageV1Api(api), on_storage_list=lambda kind, items: self.events.put(("storages", kind, items)),
-            on_storage=lambda kind, event, obj: self.events.put(("storage", kind, event, obj)))
+            on_storage=lambda kind, event, obj: self.events.put(("storage", kind, event, obj)),
+            policy=client.PolicyV1Api(api), on_budgets=lambda items: self.events.put(("budgets", items)),
+            on_budget=lambda event, obj: self.events.put(("budget", event, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
@@ -110,6 +119,7 @@ class LiveScheduler:
         self.binder.shutdown(wait=False, cancel_futures=True)
         self.reporter.shutdown(wait=False, cancel_futures=True)
         self.recorder.shutdown(wait=False, cancel_futures=True)
+        self.evictor.shutdown(wait=False, cancel_futures=True)
         with self.bindings_pause:
             self.bindings_pause.notify_all()  # a record waiting for a pause writes now, not at TRAILING_WAIT
 
@@ -195,6 +205,12 @@ class LiveScheduler:
             elif kind == "storages":
                 self._apply(self.model.storage_relisted(event[1], event[2], now=_now()))
                 self._check_volumes()
+            elif kind == "budget":
+                self._apply(self.model.budget_event(event[1], event[2], now=_now()))
+            elif kind == "budgets":
+                self._apply(self.model.budgets_relisted(event[1], now=_now()))
+            elif kind == "preempted":
+                self._on_preempted(*event[1:])
             elif kind == "volumes-written":
                 self._on_volumes_written(*event[1:])
             elif kind == "bound":
@@ -228,6 +244,7 @@ class LiveScheduler:
 
     def _forget_pending(self, uid: str) -> None:
         self.queue.remove(uid)
+        self.preempting.pop(uid, None)
         self.reported.pop(uid, None)
         self.queued_at.pop(uid, None)
 
@@ -251,11 +268,19 @@ class LiveScheduler:
         if pending is None:
             self.queue.done(uid)
             return
-        decision = self.framework.decide(pending.facts)
-        if decision.node is None:
+        nominees = self.model.nominees()
+        with preemption.reserving(self.model.cluster, nominees, pending.facts):
+            decision = self.framework.decide(pending.facts)
+            if decision.node is None:
+                metrics.ATTEMPTS.labels("unschedulable").inc()
+                self.queue.failed(uid, time.monotonic(), unschedulable=True)
+                self._preempt_or_report(pending, decision.reason or "unschedulable", nominees)
+                return
+        if not self._fits_without_nominees(pending.facts, decision.node, nominees):
             metrics.ATTEMPTS.labels("unschedulable").inc()
             self.queue.failed(uid, time.monotonic(), unschedulable=True)
-            self._report_unschedulable(pending, decision.reason or "unschedulable")
+            self._report_unschedulable(pending, f"node {decision.node} fits only with the pods nominated to it, "
+                                                "which its required pod affinity cannot count yet")
             return
         plan = decision.volume_plan
         changes = volumes.writes(self.model.cluster.storage, plan) if plan else []
@@ -266,6 +291,126 @@ class LiveScheduler:
             self.binder.submit(self._write_volumes, pending, decision, changes)
         else:
             self.binder.submit(self._bind, pending, decision)
+
+    def _fits_without_nominees(self, pod: Any, node: str, nominees: list[tuple[Any, str]]) -> bool:
+        """Upstream runs the filters twice on a node with nominated pods: with them, and without them, so that a
+        pod's required affinity is never satisfied by a pod that is not there yet."""
+        if pod.pod_affinity is None or not pod.pod_affinity.required or not any(n == node for _, n in nominees):
+            return True
+        return self.framework.fits(pod, self.model.cluster.index[node])
+
+    # --- preemption -----------------------------------------------------------------------------
+
+    def _preempt_or_report(self, pending: watched.PendingPod, reason: str,
+                           nominees: list[tuple[Any, str]]) -> None:
+        """PostFilter: a pod that fits nowhere may make room by evicting pods of lower priority (DefaultPreemption).
+        Runs inside the reservation of the nominated pods, as upstream's dry run does."""
+        facts = dataclasses.replace(pending.facts, nominated_node=self.model.nominated.get(pending.uid)
+                                    or pending.facts.nominated_node)
+        if pending.uid in self.preempting and self._still_preempting(pending.uid):
+            self._report_unschedulable(pending, reason)  # its victims are going: wait for them, evict no more
+            return
+        metrics.PREEMPTION_ATTEMPTS.inc()
+        outcome = self.preemptor.preempt(facts, list(self.model.budgets.values()),
+                                         offset=int(self.framework.rng.integers(1 << 30)),
+                                         nominated_unresolvable=self._nominated_unresolvable(facts))
+        if outcome in (preemption.NEVER, preemption.TERMINATING):  # not eligible: a nomination stands
+            self._report_unschedulable(pending, f"{reason} preemption: {outcome}")
+            return
+        if isinstance(outcome, str):  # no candidate: a nomination it had is released
+            released = facts.nominated_node is not None
+            self.model.nominate(pending.uid, None)
+            self._report_unschedulable(pending, f"{reason} preemption: {outcome}", nominate="" if released else None)
+            return
+        node = outcome.node
+        self.model.nominate(pending.uid, node)
+        cleared = [(nominee, n) for nominee, n in nominees if n == node and nominee.priority < facts.priority]
+        for nominee, _ in cleared:
+            self.model.nominate(nominee.identity, None)
+        if cleared:
+            self.queue.cluster_changed()  # they may fit elsewhere now
+        self.preempting[pending.uid] = None
+        metrics.PREEMPTION_VICTIMS.observe(len(outcome.pods))
+        log.info("pod %s preempts %d pod(s) on %s: %s", pending.key, len(outcome.pods), node,
+                 ", ".join(victim.key for victim in outcome.pods))
+        self.reported[pending.uid] = (reason, time.monotonic())
+        self.evictor.submit(self._carry_out, pending, reason, outcome,
+                             [self.model.pending[n.identity] for n, _ in cleared if n.identity in self.model.pending])
+
+    def _nominated_unresolvable(self, facts: Any) -> bool:
+        """Whether the pod's nominated node rejects it for a reason no eviction cures (or is gone)."""
+        if not facts.nominated_node:
+            return False
+        row = self.model.cluster.index.get(facts.nominated_node)
+        return row is None or row not in set(self.framework.preemptible_rows(facts).tolist())
+
+    def _still_preempting(self, uid: str) -> bool:
+        """Whether the pod's last preemption is still under way: its API calls in flight, or a victim the watch
+        does not show gone or being deleted yet."""
+        victims = self.preempting[uid]
+        if victims is not None:
+            assignments = self.model.cluster.assignments
+            victims -= {v for v in victims if v not in assignments or assignments[v].pod.terminating}
+            if not victims:
+                del self.preempting[uid]
+                return False
+        return True
+
+    def _carry_out(self, pending: watched.PendingPod, reason: str, chosen: preemption.Victims,
+                   cleared: list[watched.PendingPod]) -> None:
+        """Runs on an evictor thread, as kube-scheduler carries out a preemption: first the nomination (so a
+        scheduler restarted midway finds it, and waits for the victims instead of evicting more), then each victim
+        marked DisruptionTarget and deleted with its own grace period, with a Preempted event; last, the
+        nominations of lower-priority pods on that node cleared."""
+        evicted: set[str] = set()
+        try:
+            self._write_unschedulable(pending, reason, nominate=chosen.node)
+            for victim in chosen.pods:
+                if not victim.terminating:
+                    self._evict(pending, victim, chosen.node)
+                evicted.add(victim.identity)
+            for other in cleared:
+                self._write_nomination(other, None)
+        except (ApiException, HTTPError, OSError) as err:
+            log.warning("preemption for %s on %s stopped: %s", pending.key, chosen.node, watching.describe_error(err))
+            self.events.put(("preempted", pending.uid, None))
+            return
+        self.events.put(("preempted", pending.uid, evicted))
+
+    def _evict(self, preemptor: watched.PendingPod, victim: Any, node: str) -> None:
+        namespace, _, name = victim.key.partition("/")
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": pods.PREEMPTED,
+                     "message": f"{self.settings.scheduler_name}: preempting to accommodate a higher priority pod",
+                     "lastTransitionTime": _timestamp()}
+        try:
+            rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status",
+                           {"status": {"conditions": [condition]}},
+                           content_type=rawapi.STRATEGIC_MERGE_PATCH)
+            rawapi.request(self.api, "DELETE", _pod_path(namespace, name),
+                           {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": victim.identity}})
+        except ApiException as err:
+            if err.status in (404, 409):  # gone already, or another pod of its name now: nothing to evict
+                return
+            raise
+        events.record(self.api, namespace=namespace, name=name, uid=victim.identity, kind="Normal",
+                      reason="Preempted", message=f"Preempted by pod {preemptor.uid} on node {node}",
+                      component=self.settings.scheduler_name, instance=self.identity)
+
+    def _on_preempted(self, uid: str, evicted: set[str] | None) -> None:
+        """The preemption's API calls are done: wait for the watch to show the victims going (`evicted`), or,
+        after a failure, let the pod try again at once."""
+        if evicted is None or uid not in self.model.pending:
+            self.preempting.pop(uid, None)
+            return
+        self.preempting[uid] = evicted
+        self._still_preempting(uid)
+
+    def _write_nomination(self, pending: watched.PendingPod, node: str | None) -> None:
+        rawapi.request(self.api, "PATCH", f"{_pod_path(pending.namespace, pending.name)}/status",
+                       {"status": {"nominatedNodeName": node}},
+                       content_type=rawapi.STRATEGIC_MERGE_PATCH)
+
+    # --- binding --------------------------------------------------------------------------------
 
     def _write_volumes(self, pending: watched.PendingPod, decision: framework.Decision,
                        changes: list[volumes.Write]) -> None:
@@ -410,23 +555,33 @@ class LiveScheduler:
         self.queue.done(uid)
         self._forget_pending(uid)
 
-    def _report_unschedulable(self, pending: watched.PendingPod, message: str) -> None:
+    def _report_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None) -> None:
+        """PodScheduled=False and a FailedScheduling event, not more than once per REPORT_INTERVAL for the same
+        message; `nominate` "" clears the pod's nominated node in the same write."""
         now = time.monotonic()
         last = self.reported.get(pending.uid)
-        if last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
+        if nominate is None and last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.reported[pending.uid] = (message, now)
-        self.reporter.submit(self._write_unschedulable, pending, message)
+        self.reporter.submit(self._report, pending, message, nominate)
 
-    def _write_unschedulable(self, pending: watched.PendingPod, message: str) -> None:
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                     "lastTransitionTime": _timestamp()}
+    def _report(self, pending: watched.PendingPod, message: str, nominate: str | None) -> None:
         try:
-            rawapi.request(self.api, "PATCH", f"{_pod_path(pending.namespace, pending.name)}/status",
-                           {"status": {"conditions": [condition]}}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
+            self._write_unschedulable(pending, message, nominate=nominate)
         except (ApiException, HTTPError, OSError) as err:
             log.warning("cannot set PodScheduled=False on %s: %s", pending.key, watching.describe_error(err))
             self.events.put(("unreported", pending.uid, message))  # say it again at the next attempt
+
+    def _write_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None) -> None:
+        """PodScheduled=False with the reason (and, given `nominate`, status.nominatedNodeName: a node, or "" to
+        clear it), then the FailedScheduling event."""
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": _timestamp()}
+        status: dict[str, Any] = {"conditions": [condition]}
+        if nominate is not None:
+            status["nominatedNodeName"] = nominate or None
+        rawapi.request(self.api, "PATCH", f"{_pod_path(pending.namespace, pending.name)}/status",
+                       {"status": status}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
         self._record_event(pending, "Warning", "FailedScheduling", message)
 
     def _record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:

@@ -159,7 +159,7 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
     live = running.LiveScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config.Config())
     live.stop()
     calls = [reflector._list_call for reflector in live.watches.reflectors]
-    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io"}
+    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy"}
     watched = {(groups.get(type(call.__self__), ""),
                 _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
                for call in calls}
@@ -167,7 +167,7 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
     storage = {("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
                ("storage.k8s.io", "csinodes"), ("storage.k8s.io", "csidrivers"),
                ("storage.k8s.io", "csistoragecapacities"), ("storage.k8s.io", "volumeattachments")}
-    assert selectors | storage <= watched
+    assert selectors | storage | {("policy", "poddisruptionbudgets")} <= watched
     role = next(d for d in yaml.safe_load_all((COMPONENTS / "scheduler" / "rbac.yaml").read_text())
                 if d["kind"] == "ClusterRole")
     granted = {(group, resource) for rule in role["rules"] if {"list", "watch"} <= set(rule["verbs"])

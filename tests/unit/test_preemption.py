@@ -1,5 +1,5 @@
-"""The preemption core (scheduler_core.preemption): which pods a high-priority GPU pod evicts, and where. Not yet
-wired into `gpu-scheduler run` (issue 15)."""
+"""The preemption core (scheduler_core.preemption): which pods a high-priority GPU pod evicts, and where; and the
+reservation of the room made, for the pod it was made for."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_no_pod_of_equal_or_higher_priority_is_ever_a_victim():
     placed(framework, prioritized("same", 100, gpus=1, node_name="a"), prioritized("higher", 200, gpus=1,
                                                                                     node_name="a"))
     outcome = preemption.Evaluator(framework).preempt(facts(prioritized("urgent", 100, gpus=1)))
-    assert outcome == "0/1 nodes are available: Preemption is not helpful for scheduling."
+    assert outcome == "0/1 nodes are available: 1 No preemption victims found for incoming pod."
 
 
 def test_a_pod_whose_budget_allows_no_disruption_survives_when_another_node_serves():
@@ -90,3 +90,38 @@ def test_among_equal_victims_the_node_left_least_fragmented_wins():
     urgent = facts(prioritized("urgent", 100, milli=500))
     assert {v.node: v.stranded for v in evaluator.candidates(urgent)} == {"a": 500, "b": 0}
     assert evaluator.preempt(urgent).node == "b"
+
+
+def test_many_nodes_at_once_choose_the_same_victims_as_one_node_at_a_time():
+    """The dry run over many nodes in one pass per step (node-local pods) agrees with the node-by-node one."""
+    import random
+    rng = random.Random(7)
+    for _ in range(20):
+        framework = scheduler(*(node(f"n{i}", gpus=4) for i in range(6)))
+        for i in range(6):
+            free = 4
+            for j in range(rng.randint(1, 4)):
+                gpus = rng.randint(1, free) if free else 0
+                if not gpus:
+                    break
+                free -= gpus
+                placed(framework, prioritized(f"p{i}-{j}", rng.choice([1, 5, 10, 100]), gpus=gpus, node_name=f"n{i}",
+                                              started=f"2026-01-0{rng.randint(1, 9)}T00:00:00Z"))
+        urgent = facts(prioritized("urgent", 50, gpus=rng.randint(1, 4)))
+        evaluator = preemption.Evaluator(framework)
+        rows = list(range(6))
+        at_once = {v.node: v for v in evaluator._victims_at_once(urgent, rows, ())}
+        one_by_one = {v.node: v for row in rows if (v := evaluator.select_victims(urgent, row))}
+        assert at_once == one_by_one
+
+
+def test_nominated_room_is_kept_from_pods_of_lower_or_equal_priority_only():
+    framework = scheduler(node("a", gpus=2))
+    urgent = facts(prioritized("urgent", 100, gpus=2))
+    for other, fits in ((prioritized("low", 10, gpus=1), False), (prioritized("peer", 100, gpus=1), False),
+                        (prioritized("higher", 200, gpus=1), True)):
+        with preemption.reserving(framework.cluster, [(urgent, "a")], facts(other)):
+            assert (framework.decide(facts(other)).node == "a") is fits
+    with preemption.reserving(framework.cluster, [(urgent, "a")], urgent):  # not against itself
+        assert framework.decide(urgent).node == "a"
+    assert not framework.cluster.assignments

@@ -370,3 +370,52 @@ def test_claims_that_do_not_bind_in_time_send_the_pod_back(with_claim, monkeypat
     live.awaiting_volumes["uid-train"].deadline = 0.0
     live._check_volumes()
     assert live.awaiting_volumes == {} and "uid-train" in live.model.pending
+
+
+def prioritized(obj: dict, priority: int) -> dict:
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+def test_a_preemption_nominates_marks_and_deletes_its_victims_once_and_keeps_the_room(scheduler, monkeypatch):
+    """The order kube-scheduler follows (nomination first, then each victim marked and deleted, with an event); no
+    second preemption while the victims go; the room kept from a lower-priority pod until the preemptor takes it."""
+    calls: list[tuple[str, str, Any]] = []
+    monkeypatch.setattr(running.rawapi, "request",
+                        lambda api, method, path, body, **_: calls.append((method, path, body)) or b"{}")
+    live = scheduler
+    for name in ("a", "b"):
+        live._handle(("node", "ADDED", node(name, gpus=2)))
+    low = prioritized(bound(pending("low", gpus=2), "a"), 10)
+    live._handle(("pod", "ADDED", low))
+    live._handle(("pod", "ADDED", prioritized(bound(pending("mid", gpus=2), "b"), 50)))
+    live._handle(("pod", "ADDED", prioritized(pending("urgent", gpus=2), 100)))
+
+    live._schedule("uid-urgent")
+    event = live.events.get(timeout=5)
+    assert event[:2] == ("preempted", "uid-urgent")
+    live._handle(event)
+    writes = [(method, path.rsplit("/pods/", 1)[-1]) for method, path, _ in calls if "/events" not in path]
+    assert writes == [("PATCH", "urgent/status"), ("PATCH", "low/status"), ("DELETE", "low")]
+    assert calls[0][2]["status"]["nominatedNodeName"] == "a"
+    condition = calls[2 if "/events" in calls[1][1] else 1][2]["status"]["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionByScheduler")
+    delete = next(body for method, _, body in calls if method == "DELETE")
+    assert delete["preconditions"] == {"uid": "uid-low"}
+    preempted = [body for _, path, body in calls if "/events" in path and body["reason"] == "Preempted"]
+    assert [e["involvedObject"]["name"] for e in preempted] == ["low"]
+
+    calls.clear()
+    live._schedule("uid-urgent")  # the victim is not seen going yet: wait, evict nothing more
+    live._handle(("pod", "MODIFIED", {**low, "metadata": {**low["metadata"], "deletionTimestamp": "2026-12-02T00:00:00Z"},
+                                      "status": {"conditions": [condition]}}))
+    live._schedule("uid-urgent")  # being deleted by the preemption: still wait for it (PodEligibleToPreemptOthers)
+    live.reporter.submit(lambda: None).result(timeout=5)
+    assert not [c for c in calls if c[0] == "DELETE"] and "uid-mid" in live.model.cluster.assignments
+
+    live._handle(("pod", "DELETED", low))
+    live._handle(("pod", "ADDED", prioritized(pending("other", gpus=1), 10)))
+    live._schedule("uid-other")
+    assert "ns/other" not in accounted(live)  # the room is the preemptor's
+    live._schedule("uid-urgent")
+    assert accounted(live)["ns/urgent"] == "a"
