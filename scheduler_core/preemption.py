@@ -131,34 +131,50 @@ def violating(pods: Sequence[PodFacts], budgets: Sequence[Budget]) -> tuple[list
 class Evaluator:
     """Preemption over one framework's model. `fits(pod, row)` runs every filter for the pod on one node."""
 
-    def __init__(self, framework: Any):
+    def __init__(self, framework: Any, *, min_percentage: int = MIN_CANDIDATES_PERCENTAGE,
+                 min_absolute: int = MIN_CANDIDATES_ABSOLUTE):
         self.framework = framework
         self.cluster = framework.cluster
+        self.min_percentage = min_percentage  # DefaultPreemptionArgs
+        self.min_absolute = min_absolute
         self.statuses: dict[int, str] = {}  # row -> why the last dry run found no victims there
 
     def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None,
                    offset: int = 0) -> list[Victims]:
-        """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure), from the
-        `offset`-th on, round, until as many candidates as upstream's cut-off asks are found (at least one of them
-        violating no budget)."""
+        """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure), walked from the
+        `offset`-th on, round, as upstream walks them one at a time: candidates violating no budget and those
+        violating some are kept apart, each list up to calculateNumCandidates long, and the walk stops once there
+        is one of the first kind and as many in all. The nodes are evaluated a chunk of that length at a time."""
         self.statuses = {}
         potential = [int(row) for row in (self.framework.preemptible_rows(pod) if rows is None else rows)]
         if not potential:
             return []
         start = offset % len(potential)
         potential = potential[start:] + potential[:start]
-        wanted = candidates_wanted(len(potential))
-        found: list[Victims] = []
+        wanted = self.wanted(len(potential))
+        clean: list[Victims] = []
+        violating_budgets: list[Victims] = []
         for first in range(0, len(potential), wanted):
             chunk = potential[first: first + wanted]
             if _node_local(pod, self.cluster):
-                found += self._victims_at_once(pod, chunk, budgets)
+                by_node = {victims.node: victims for victims in self._victims_at_once(pod, chunk, budgets)}
             else:
-                found += [victims for row in chunk if (victims := self.select_victims(pod, row, budgets))]
-            clean = sum(1 for victims in found if not victims.pdb_violations)
-            if clean and len(found) >= wanted:
-                break
-        return found
+                by_node = {victims.node: victims for row in chunk if (victims := self.select_victims(pod, row, budgets))}
+            for row in chunk:
+                victims = by_node.get(self.cluster.node(row).name)
+                if victims is None:
+                    continue
+                kept = violating_budgets if victims.pdb_violations else clean
+                if len(kept) < wanted:
+                    kept.append(victims)
+                if clean and len(clean) + len(violating_budgets) >= wanted:
+                    return clean + violating_budgets
+        return clean + violating_budgets
+
+    def wanted(self, potential: int) -> int:
+        """calculateNumCandidates: how many candidates the dry run looks for among `potential` nodes."""
+        wanted = max(potential * self.min_percentage // 100, self.min_absolute)
+        return min(wanted, potential)
 
     def _victims_at_once(self, pod: PodFacts, rows: Sequence[int], budgets: Sequence[Budget]) -> list[Victims]:
         """SelectVictimsOnNode for many nodes in one pass per step: each node's lower-priority pods taken away
@@ -315,12 +331,6 @@ class Evaluator:
         reasons[NOT_HELPFUL] += self.cluster.node_count - len(self.statuses)
         parts = [f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda i: (-i[1], i[0])) if count]
         return f"0/{self.cluster.node_count} nodes are available: {', '.join(parts)}."
-
-
-def candidates_wanted(potential: int) -> int:
-    """calculateNumCandidates: how many candidates the dry run looks for among `potential` nodes."""
-    wanted = max(potential * MIN_CANDIDATES_PERCENTAGE // 100, MIN_CANDIDATES_ABSOLUTE)
-    return min(wanted, potential)
 
 
 def _node_local(pod: PodFacts, cluster: Any) -> bool:

@@ -16,7 +16,12 @@ def evaluator_of(case: dict[str, Any]) -> tuple[Any, preemption.Evaluator, Any, 
     budgets = [preemption.Budget.of(upstream._namespaced(obj)) for obj in case.get("objects") or ()
                if obj.get("kind") == "PodDisruptionBudget"]
     pod = model.facts_of(upstream._with_uid(case["pod"], "incoming"))
-    return model, preemption.Evaluator(framework.Framework(model.cluster)), pod, budgets
+    args = case.get("args") or {}
+    evaluator = preemption.Evaluator(
+        framework.Framework(model.cluster),
+        min_percentage=args.get("minCandidateNodesPercentage", preemption.MIN_CANDIDATES_PERCENTAGE),
+        min_absolute=args.get("minCandidateNodesAbsolute", preemption.MIN_CANDIDATES_ABSOLUTE))
+    return model, evaluator, pod, budgets
 
 
 def dry_run_rows(case: dict[str, Any], model: Any) -> list[int]:
@@ -38,8 +43,8 @@ def test_preemption_as_upstream(case):
         assert reason == case.get("message")
     if "candidates" not in case and "chosen" not in case and "victims" not in case:
         return
-    found = evaluator.candidates(pod, budgets, rows=dry_run_rows(case, model)) if preemption.eligible(pod) is None \
-        else []
+    found = evaluator.candidates(pod, budgets, rows=dry_run_rows(case, model), offset=case.get("offset", 0)) \
+        if preemption.eligible(pod) is None else []
     if "candidates" in case:
         assert {v.node: {"victims": sorted(p.key.partition("/")[2] for p in v.pods), "pdb_violations": v.pdb_violations}
                 for v in found} == case["candidates"]

@@ -644,3 +644,38 @@ def test_a_pod_of_a_replica_set_is_spread_by_default_as_its_replicas_are_assumed
     found.pods_relisted([{**WEB, "metadata": {**WEB["metadata"], "name": f"web-{i}", "uid": f"uid-{i}"}}
                          for i in range(6)], now=NOW)
     assert sorted(assumed_in_turn(found, [f"uid-{i}" for i in range(6)])) == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_preemption_reads_of_a_placed_pod_its_start_and_its_deletion_by_a_preemption_from_status_updates():
+    found = model(node("a", gpus=1))
+    placed = bound(incarnation("victim", "uid-v", gpus=1), "a")
+    found.pod_event("ADDED", placed, now=NOW)
+    started = {**placed, "status": {"startTime": "2026-11-29T11:00:00Z"}}
+    found.pod_event("MODIFIED", started, now=NOW)
+    assert found.cluster.assignments["uid-v"].pod.started == "2026-11-29T11:00:00Z"
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    deleting = {**started, "metadata": {**started["metadata"], "deletionTimestamp": "2026-11-29T12:00:00Z"},
+                "status": {**started["status"], "conditions": [condition]}}
+    found.pod_event("MODIFIED", deleting, now=NOW)
+    victim = found.cluster.assignments["uid-v"].pod
+    assert victim.preempted and victim.terminating and victim.started == "2026-11-29T11:00:00Z"
+
+
+def test_budgets_and_nominations_are_kept_from_the_watches():
+    found = model(node("a", gpus=1))
+    budget = {"metadata": {"name": "b", "namespace": "ns", "uid": "uid-b"},
+              "spec": {"selector": {"matchLabels": {"app": "x"}}}, "status": {"disruptionsAllowed": 0}}
+    found.budgets_relisted([budget], now=NOW)
+    assert found.budgets["uid-b"].allowed == 0
+    found.budget_event("MODIFIED", {**budget, "status": {"disruptionsAllowed": 2}}, now=NOW)
+    assert found.budgets["uid-b"].allowed == 2
+    found.budget_event("DELETED", budget, now=NOW)
+    assert not found.budgets
+
+    waiting = incarnation("urgent", "uid-u", gpus=1)
+    found.pod_event("ADDED", {**waiting, "status": {"nominatedNodeName": "a"}}, now=NOW)  # after a restart
+    assert [(facts.key, node_name) for facts, node_name in found.nominees()] == [("ns/urgent", "a")]
+    found.pod_event("MODIFIED", waiting, now=NOW)  # a view older than the nomination clears nothing
+    assert found.nominated == {"uid-u": "a"}
+    found.pod_event("DELETED", waiting, now=NOW)
+    assert found.nominees() == [] and not found.nominated
