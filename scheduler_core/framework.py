@@ -10,6 +10,7 @@ nvidia.com/gpu, 2 node(s) had untolerated taint(s).`
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +57,12 @@ class Framework:
             if scheduling.weight_of(name) > 0
         ]
 
-    def decide(self, pod: PodFacts, *, explain: bool = False) -> Decision:
+    def decide(self, pod: PodFacts, *, explain: bool = False, excluded: Mapping[int, str] | None = None) -> Decision:
         """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing.
 
         A pod with constraints the core cannot evaluate (PodFacts.unsupported) gets no node, so it is
-        never bound where kube-scheduler would not bind it."""
+        never bound where kube-scheduler would not bind it. The rows in `excluded` are left out, each counted
+        under the reason given (a node that fits only without the pods nominated to it)."""
         if pod.problems or pod.unsupported:
             reasons = [*pod.problems, *([pods.unsupported_reason(pod.unsupported)] if pod.unsupported else [])]
             return Decision(pod.key, None, reason="; ".join(reasons))
@@ -73,11 +75,13 @@ class Framework:
         if message is not None:
             return Decision(pod.key, None, reason=f"0/{cluster.node_count} nodes are available: {message}.")
         alive = cluster.present[: cluster.size].copy()
+        if excluded:
+            alive[list(excluded)] = False
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)  # alive and not rejected
             if not alive.any():
-                return Decision(pod.key, None, reason=self._rejections(cycle))
+                return Decision(pod.key, None, reason=self._rejections(cycle, excluded or {}))
         rows = np.flatnonzero(alive)
         problem = self._pre_score_problem(pod) if rows.size > 1 else None
         if problem:
@@ -121,13 +125,15 @@ class Framework:
         return plugins.Cycle(self.cluster, pod, self._caches, self.scheduling.node_policy, self.scheduling.gpu_policy,
                              rng=self.rng, workload=self.workload)
 
-    def _rejections(self, cycle: plugins.Cycle) -> str:
-        """Why no node fits: each node counted under the first filter that rejects it.
+    def _rejections(self, cycle: plugins.Cycle, excluded: Mapping[int, str]) -> str:
+        """Why no node fits: each node counted under the first filter that rejects it, or its reason in `excluded`.
 
         Only unschedulable pods pay for this pass; a pod that fits needs no counting.
         """
         alive = self.cluster.present[: self.cluster.size].copy()
-        reasons: Counter[str] = Counter()
+        reasons: Counter[str] = Counter(excluded.values())
+        if excluded:
+            alive[list(excluded)] = False
         for _, filter_plugin in plugins.FILTERS:
             rejected = np.zeros_like(alive)
             for mask, reason in filter_plugin(cycle):

@@ -140,13 +140,18 @@ class Evaluator:
         self.statuses: dict[int, str] = {}  # row -> why the last dry run found no victims there
 
     def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None,
-                   offset: int = 0) -> list[Victims]:
+                   offset: int = 0, nominees: Sequence[tuple[PodFacts, str]] = (),
+                   also: Iterable[int] = ()) -> list[Victims]:
         """DryRunPreemption over `rows` (default: every node whose rejection preemption may cure), walked from the
         `offset`-th on, round, as upstream walks them one at a time: candidates violating no budget and those
         violating some are kept apart, each list up to calculateNumCandidates long, and the walk stops once there
-        is one of the first kind and as many in all. The nodes are evaluated a chunk of that length at a time."""
+        is one of the first kind and as many in all. The nodes are evaluated a chunk of that length at a time, with
+        the pods nominated to them (`nominees`) of the pod's priority or higher. `also`: rows that fit only without
+        those nominated pods, potential too."""
         self.statuses = {}
         potential = [int(row) for row in (self.framework.preemptible_rows(pod) if rows is None else rows)]
+        if also:
+            potential = sorted(set(potential) | {int(row) for row in also})
         if not potential:
             return []
         start = offset % len(potential)
@@ -156,10 +161,13 @@ class Evaluator:
         violating_budgets: list[Victims] = []
         for first in range(0, len(potential), wanted):
             chunk = potential[first: first + wanted]
-            if _node_local(pod, self.cluster):
-                by_node = {victims.node: victims for victims in self._victims_at_once(pod, chunk, budgets)}
-            else:
-                by_node = {victims.node: victims for row in chunk if (victims := self.select_victims(pod, row, budgets))}
+            names = {self.cluster.node(row).name for row in chunk}
+            with reserving(self.cluster, [(n, node) for n, node in nominees if node in names], pod):
+                if _node_local(pod, self.cluster):
+                    by_node = {victims.node: victims for victims in self._victims_at_once(pod, chunk, budgets)}
+                else:
+                    by_node = {victims.node: victims
+                               for row in chunk if (victims := self.select_victims(pod, row, budgets))}
             for row in chunk:
                 victims = by_node.get(self.cluster.node(row).name)
                 if victims is None:
@@ -315,13 +323,14 @@ class Evaluator:
         return next(v for v in remaining if earliest_start(v) == latest)
 
     def preempt(self, pod: PodFacts, budgets: Sequence[Budget] = (), *, offset: int = 0,
-                nominated_unresolvable: bool = False) -> Victims | str:
+                nominated_unresolvable: bool = False, nominees: Sequence[tuple[PodFacts, str]] = (),
+                also: Iterable[int] = ()) -> Victims | str:
         """The node to free for `pod` and its victims, or why there is none (upstream's words: NEVER or TERMINATING
         when the pod may not preempt now, else the nodes counted by why none is a candidate)."""
         reason = eligible(pod, self.cluster, nominated_unresolvable=nominated_unresolvable)
         if reason is not None:
             return reason
-        chosen = self.pick(self.candidates(pod, budgets, offset=offset))
+        chosen = self.pick(self.candidates(pod, budgets, offset=offset, nominees=nominees, also=also))
         return chosen if chosen is not None else self.none_found()
 
     def none_found(self) -> str:
@@ -340,8 +349,33 @@ def _node_local(pod: PodFacts, cluster: Any) -> bool:
             and not cluster.pod_index.anti_terms)
 
 
+def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str]]) -> tuple[Any, dict[int, str]]:
+    """A decision that keeps the room nominated to pods of `pod`'s priority or higher, and the rows it left out for
+    that, each with its reason. Upstream runs a node's filters with its nominated pods added, and again without
+    them; here the decision runs without them, and the node it chooses, if pods are nominated to it, is checked
+    again with them: refused, it is left out and the decision runs again. The scores are the same (upstream scores
+    without nominated pods), so the choice is upstream's, at the cost of one more decision only when the best node
+    is a nominated one."""
+    cluster = framework.cluster
+    excluded: dict[int, str] = {}
+    while True:
+        decision = framework.decide(pod, excluded=excluded)
+        if decision.node is None:
+            return decision, excluded
+        there = [(nominee, node) for nominee, node in nominees if node == decision.node]
+        if not there:
+            return decision, excluded
+        row = cluster.index[decision.node]
+        with reserving(cluster, there, pod) as added:
+            if not added:
+                return decision, excluded
+            if framework.fits(pod, row):
+                return dataclasses.replace(decision, devices=framework.devices_for(pod, row)), excluded
+            excluded.update(framework.first_rejections(pod, [row]))
+
+
 @contextlib.contextmanager
-def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFacts) -> Iterator[None]:
+def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFacts) -> Iterator[list[str]]:
     """The pods a preemption nominated a node for, of `pod`'s priority or higher, accounted on those nodes while
     `pod` is decided (upstream's filters run with them added to the node), so room made for a more important pod
     is not taken meanwhile. Each takes the devices free for it there, as many as there are while victims still
@@ -354,7 +388,7 @@ def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFa
                 continue
             cluster.restore(dataclasses.replace(nominee, node_name=node, devices=None))
             added.append(nominee.identity)
-        yield
+        yield added
     finally:
         for uid in added:
             cluster.unassign(uid)

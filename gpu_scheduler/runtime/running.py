@@ -269,18 +269,11 @@ class LiveScheduler:
             self.queue.done(uid)
             return
         nominees = self.model.nominees()
-        with preemption.reserving(self.model.cluster, nominees, pending.facts):
-            decision = self.framework.decide(pending.facts)
-            if decision.node is None:
-                metrics.ATTEMPTS.labels("unschedulable").inc()
-                self.queue.failed(uid, time.monotonic(), unschedulable=True)
-                self._preempt_or_report(pending, decision.reason or "unschedulable", nominees)
-                return
-        if not self._fits_without_nominees(pending.facts, decision.node, nominees):
+        decision, excluded = preemption.decide(self.framework, pending.facts, nominees)
+        if decision.node is None:
             metrics.ATTEMPTS.labels("unschedulable").inc()
             self.queue.failed(uid, time.monotonic(), unschedulable=True)
-            self._report_unschedulable(pending, f"node {decision.node} fits only with the pods nominated to it, "
-                                                "which its required pod affinity cannot count yet")
+            self._preempt_or_report(pending, decision.reason or "unschedulable", nominees, list(excluded))
             return
         plan = decision.volume_plan
         changes = volumes.writes(self.model.cluster.storage, plan) if plan else []
@@ -292,19 +285,12 @@ class LiveScheduler:
         else:
             self.binder.submit(self._bind, pending, decision)
 
-    def _fits_without_nominees(self, pod: Any, node: str, nominees: list[tuple[Any, str]]) -> bool:
-        """Upstream runs the filters twice on a node with nominated pods: with them, and without them, so that a
-        pod's required affinity is never satisfied by a pod that is not there yet."""
-        if pod.pod_affinity is None or not pod.pod_affinity.required or not any(n == node for _, n in nominees):
-            return True
-        return self.framework.fits(pod, self.model.cluster.index[node])
-
     # --- preemption -----------------------------------------------------------------------------
 
-    def _preempt_or_report(self, pending: watched.PendingPod, reason: str,
-                           nominees: list[tuple[Any, str]]) -> None:
-        """PostFilter: a pod that fits nowhere may make room by evicting pods of lower priority (DefaultPreemption).
-        Runs inside the reservation of the nominated pods, as upstream's dry run does."""
+    def _preempt_or_report(self, pending: watched.PendingPod, reason: str, nominees: list[tuple[Any, str]],
+                           excluded: list[int]) -> None:
+        """PostFilter: a pod that fits nowhere may make room by evicting pods of lower priority (DefaultPreemption),
+        the room nominated to pods of its priority or higher kept (`excluded`: rows it fits only without them)."""
         facts = dataclasses.replace(pending.facts, nominated_node=self.model.nominated.get(pending.uid)
                                     or pending.facts.nominated_node)
         if pending.uid in self.preempting and self._still_preempting(pending.uid):
@@ -313,7 +299,8 @@ class LiveScheduler:
         metrics.PREEMPTION_ATTEMPTS.inc()
         outcome = self.preemptor.preempt(facts, list(self.model.budgets.values()),
                                          offset=int(self.framework.rng.integers(1 << 30)),
-                                         nominated_unresolvable=self._nominated_unresolvable(facts))
+                                         nominated_unresolvable=self._nominated_unresolvable(facts),
+                                         nominees=nominees, also=excluded)
         if outcome in (preemption.NEVER, preemption.TERMINATING):  # not eligible: a nomination stands
             self._report_unschedulable(pending, f"{reason} preemption: {outcome}")
             return

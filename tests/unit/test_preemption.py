@@ -125,3 +125,16 @@ def test_nominated_room_is_kept_from_pods_of_lower_or_equal_priority_only():
     with preemption.reserving(framework.cluster, [(urgent, "a")], urgent):  # not against itself
         assert framework.decide(urgent).node == "a"
     assert not framework.cluster.assignments
+
+
+def test_a_decision_leaves_out_a_node_whose_room_is_nominated_and_says_so_when_nothing_else_fits():
+    framework = scheduler(node("a", gpus=2), node("b", gpus=1))
+    urgent = facts(prioritized("urgent", 100, gpus=2))
+    decision, excluded = preemption.decide(framework, facts(prioritized("low", 10, gpus=1)), [(urgent, "a")])
+    assert decision.node == "b"
+    placed(framework, prioritized("b-full", 10, gpus=1, node_name="b"))
+    decision, excluded = preemption.decide(framework, facts(prioritized("low", 10, gpus=1)), [(urgent, "a")])
+    assert decision.node is None and list(excluded) == [framework.cluster.index["a"]]
+    assert decision.reason == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    decision, _ = preemption.decide(framework, facts(prioritized("higher", 200, gpus=1)), [(urgent, "a")])
+    assert decision.node == "a"
