@@ -1,10 +1,12 @@
-"""The scheduler core as kube-scheduler's HTTP extender: `/filter`, `/prioritize`, `/bind`.
+"""The scheduler core as kube-scheduler's HTTP extender: `/filter`, `/prioritize`, `/bind`, `/preempt`.
 
 For clusters that keep kube-scheduler. kube-scheduler runs its own filters, then POSTs
 extender/v1 JSON (Go field names as keys, no JSON tags) about the nodes left; we answer from
 our own model of the cluster, fed by Node and Pod watches, and we bind, because only the
 binder can choose the GPU devices and record them (`gpu-scheduler.io/gpu-devices`, then the
-pod's devices condition) before the pod starts.
+pod's devices condition) before the pod starts. kube-scheduler's preemption knows nothing of
+GPU devices either: it asks `/preempt` about its candidate nodes, and we keep only those where
+the victims free room on a GPU the pod can use, each with only the victims that takes.
 
 One process, one model, one lock. Requests arrive on several threads (gunicorn gthread), and
 a bind must see every earlier bind's devices; several worker processes would each hold a
@@ -40,7 +42,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_scheduler import sources, watching
 from gpu_scheduler.runtime import binding, events, model_metrics
-from scheduler_core import cluster, framework, pods, watched
+from scheduler_core import cluster, framework, pods, preemption, watched
 from webhook import config, reloading
 from webhook import metrics as shared_metrics
 
@@ -59,9 +61,16 @@ RESOLVABLE_BY_PREEMPTION = frozenset({"NodePorts", "NodeResourcesFit", "GPUDevic
 
 REQUESTS = Counter(
     "gpu_scheduler_extender_requests_total",
-    "Extender calls answered, by verb (filter, prioritize, bind) and outcome "
-    "(ok, bound, refused: bind answered with an Error, invalid, not_ready, error).",
+    "Extender calls answered, by verb (filter, prioritize, bind, preempt) and outcome "
+    "(ok, bound, refused: bind answered with an Error, no_candidates: preempt kept no node, invalid, not_ready, "
+    "error).",
     ["verb", "outcome"],
+)
+PREEMPTION_NODES = Counter(
+    "gpu_scheduler_extender_preemption_nodes_total",
+    "Candidate nodes of kube-scheduler's preemption answered by /preempt, by result (kept: with the victims "
+    "given, trimmed: with fewer, dropped: its victims free no GPU room the pod can use, or the node is unknown).",
+    ["result"],
 )
 LATENCY = Histogram(
     "gpu_scheduler_extender_request_duration_seconds",
@@ -91,6 +100,19 @@ class ExtenderBindingResult(TypedDict):
     Error: str
 
 
+class MetaPod(TypedDict):
+    UID: str
+
+
+class MetaVictims(TypedDict):
+    Pods: list[MetaPod]
+    NumPDBViolations: int
+
+
+class ExtenderPreemptionResult(TypedDict):
+    NodeNameToMetaVictims: dict[str, MetaVictims]  # a node left out is no candidate; none may have no victims
+
+
 class RequestError(ValueError):
     """A malformed request: the caller's fault, answered with HTTP 400; the message names the field."""
 
@@ -118,23 +140,28 @@ class BindingArgs:
         return f"{self.namespace}/{self.pod_name}"
 
 
+@dataclass(frozen=True)
+class NodeVictims:
+    """The pods kube-scheduler would evict on one node, by UID (most important first, as it sends them), and how
+    many PodDisruptionBudgets that violates."""
+
+    uids: tuple[str, ...]
+    pdb_violations: int
+
+
+@dataclass(frozen=True)
+class PreemptionArgs:
+    """ExtenderPreemptionArgs: the preemptor, and each candidate node's victims."""
+
+    pod: dict[str, Any]
+    victims: dict[str, NodeVictims]
+
+
 def parse_candidates(body: object) -> Candidates:
     """ExtenderArgs from decoded JSON; RequestError names the first field that is wrong."""
     if not isinstance(body, dict):
         raise RequestError(f"body: must be a JSON object (ExtenderArgs), got {_show(body)}")
-    if "Pod" not in body:
-        raise RequestError("Pod: missing")
-    pod = body["Pod"]
-    if not isinstance(pod, dict):
-        raise RequestError(f"Pod: must be an object (a v1 Pod), got {_show(pod)}")
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, dict):
-        raise RequestError(f"Pod.metadata: must be an object, got {_show(metadata)}")
-    for field in ("name", "uid"):
-        if not isinstance(metadata.get(field), str) or not metadata[field]:
-            raise RequestError(f"Pod.metadata.{field}: must be a non-empty string, got {_show(metadata.get(field))}")
-    if not isinstance(pod.get("spec"), dict):
-        raise RequestError(f"Pod.spec: must be an object, got {_show(pod.get('spec'))}")
+    pod = _parse_pod(body)
     node_names, node_list = body.get("NodeNames"), body.get("Nodes")
     if node_names is None and node_list is None:
         raise RequestError("NodeNames, Nodes: one must be given (NodeNames when nodeCacheCapable is true)")
@@ -161,6 +188,78 @@ def parse_candidates(body: object) -> Candidates:
             raise RequestError(f"Nodes.items[{i}].metadata.name: must be a non-empty string, got {_show(name)}")
         names.append(name)
     return Candidates(pod, tuple(names), {**node_list, "items": items})
+
+
+def _parse_pod(body: dict[str, Any]) -> dict[str, Any]:
+    """The `Pod` of a verb's arguments, with what every verb reads of it checked."""
+    if "Pod" not in body:
+        raise RequestError("Pod: missing")
+    pod = body["Pod"]
+    if not isinstance(pod, dict):
+        raise RequestError(f"Pod: must be an object (a v1 Pod), got {_show(pod)}")
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):
+        raise RequestError(f"Pod.metadata: must be an object, got {_show(metadata)}")
+    for field in ("name", "uid"):
+        if not isinstance(metadata.get(field), str) or not metadata[field]:
+            raise RequestError(f"Pod.metadata.{field}: must be a non-empty string, got {_show(metadata.get(field))}")
+    if not isinstance(pod.get("spec"), dict):
+        raise RequestError(f"Pod.spec: must be an object, got {_show(pod.get('spec'))}")
+    return pod
+
+
+def parse_preemption(body: object) -> PreemptionArgs:
+    """ExtenderPreemptionArgs from decoded JSON: victims by UID (NodeNameToMetaVictims, as kube-scheduler sends them
+    with nodeCacheCapable: true) or as full Pods (NodeNameToVictims); RequestError names the first field that is
+    wrong."""
+    if not isinstance(body, dict):
+        raise RequestError(f"body: must be a JSON object (ExtenderPreemptionArgs), got {_show(body)}")
+    pod = _parse_pod(body)
+    by_uid, by_pod = body.get("NodeNameToMetaVictims"), body.get("NodeNameToVictims")
+    if by_uid is None and by_pod is None:
+        raise RequestError("NodeNameToMetaVictims, NodeNameToVictims: one must be given "
+                           "(NodeNameToMetaVictims when nodeCacheCapable is true)")
+    if by_uid is not None and by_pod is not None:
+        raise RequestError("NodeNameToMetaVictims, NodeNameToVictims: only one may be given")
+    field, victims = ("NodeNameToMetaVictims", by_uid) if by_uid is not None else ("NodeNameToVictims", by_pod)
+    if not isinstance(victims, dict):
+        raise RequestError(f"{field}: must be an object of node names to victims, got {_show(victims)}")
+    parsed = {}
+    for node, given in victims.items():
+        path = f"{field}[{json.dumps(node)}]"
+        if not node:
+            raise RequestError(f"{path}: must be keyed by a node name")
+        parsed[node] = _parse_victims(path, given, by_uid=by_uid is not None)
+    return PreemptionArgs(pod, parsed)
+
+
+def _parse_victims(path: str, given: object, *, by_uid: bool) -> NodeVictims:
+    """One node's MetaVictims (Pods of {UID}) or Victims (Pods of v1 Pods)."""
+    if not isinstance(given, dict):
+        raise RequestError(f"{path}: must be an object (Victims), got {_show(given)}")
+    listed = given.get("Pods")
+    if listed is None:
+        listed = []  # Go encodes a nil slice as null
+    if not isinstance(listed, list):
+        raise RequestError(f"{path}.Pods: must be a list, got {_show(listed)}")
+    uids = tuple(_victim_uid(f"{path}.Pods[{i}]", item, by_uid=by_uid) for i, item in enumerate(listed))
+    violations = given.get("NumPDBViolations", 0)
+    if type(violations) is not int or violations < 0:
+        raise RequestError(f"{path}.NumPDBViolations: must be a non-negative integer, got {_show(violations)}")
+    return NodeVictims(uids, violations)
+
+
+def _victim_uid(path: str, item: object, *, by_uid: bool) -> str:
+    if not isinstance(item, dict):
+        raise RequestError(f"{path}: must be an object ({'MetaPod' if by_uid else 'a v1 Pod'}), got {_show(item)}")
+    if by_uid:
+        path, uid = f"{path}.UID", item.get("UID")
+    else:
+        metadata = item.get("metadata")
+        path, uid = f"{path}.metadata.uid", metadata.get("uid") if isinstance(metadata, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise RequestError(f"{path}: must be a non-empty string, got {_show(uid)}")
+    return uid
 
 
 def parse_binding(body: object) -> BindingArgs:
@@ -230,13 +329,20 @@ class Extender:
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> Extender:
-        """Start the Node and Pod watches; requests are answered once both have listed."""
+        """Start the watches; requests are answered once Nodes and Pods have listed."""
         if self.core is None:
             raise ValueError("the extender needs a CoreV1Api to watch nodes and pods")
-        self.watches = watching.ClusterWatches.of_cluster(
-            self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
-            on_pod=self.pod_event, on_namespaces=self.replace_namespaces, on_namespace=self.namespace_event).start()
+        self.watches = self.cluster_watches().start()
         return self
+
+    def cluster_watches(self) -> watching.ClusterWatches:
+        """The watches that keep the model, not started: Nodes, Pods, Namespaces, and the PodDisruptionBudgets
+        /preempt recounts violations with."""
+        return watching.ClusterWatches.of_cluster(
+            self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
+            on_pod=self.pod_event, on_namespaces=self.replace_namespaces, on_namespace=self.namespace_event,
+            policy=client.PolicyV1Api(self.core.api_client), on_budgets=self.replace_budgets,
+            on_budget=self.budget_event)
 
     def stop(self) -> None:
         self.watches.stop()
@@ -275,6 +381,12 @@ class Extender:
 
     def namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
         self._update("Namespace", lambda: self.model.namespace_event(kind, obj, now=_now()))
+
+    def replace_budgets(self, items: list[dict[str, Any]]) -> None:
+        self._update("PodDisruptionBudget", lambda: self.model.budgets_relisted(items, now=_now()))
+
+    def budget_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._update("PodDisruptionBudget", lambda: self.model.budget_event(kind, obj, now=_now()))
 
     def _update(self, kind: str, update: Callable[[], watched.Change]) -> None:
         with self.lock:
@@ -333,6 +445,78 @@ class Extender:
                 known = [name for name in candidates.names if name in self.model.cluster.index]
                 _, _, scores = self.framework.evaluate(facts, known)
         return priorities(candidates.names, scores)
+
+    def preempt(self, args: PreemptionArgs) -> ExtenderPreemptionResult:
+        """kube-scheduler's preemption candidates, each kept only where its victims make room for the pod by our
+        filters too (its own know nothing of GPU devices), with only the victims that takes. Any other node is
+        left out, never answered with no victims: that fails kube-scheduler's whole preemption."""
+        facts = self.model.facts_of(args.pod)
+        answer: dict[str, MetaVictims] = {}
+        for node, given in args.victims.items():
+            with self.lock:  # node by node: binds are not kept waiting behind a long list of candidates
+                result, needed = self._victims_needed(facts, node, given)
+            PREEMPTION_NODES.labels(result).inc()
+            if needed is not None:
+                answer[node] = {"Pods": [{"UID": uid} for uid in needed.uids],
+                                "NumPDBViolations": needed.pdb_violations}
+        return {"NodeNameToMetaVictims": answer}
+
+    def _victims_needed(self, facts: pods.PodFacts, node: str, given: NodeVictims) -> tuple[str, NodeVictims | None]:
+        """Under the lock: ("dropped", None) when, with the victims the model holds on `node` gone, our filters
+        still refuse the pod there; else the victims it needs: "trimmed" when fewer than given, "kept" when all
+        of them (or when we would spare every one: kube-scheduler sees a need we do not). A victim the model does
+        not hold there stays, as given. The model is changed only for the moment, as preemption.Evaluator does."""
+        model = self.model.cluster
+        row = model.index.get(node)
+        if row is None or not given.uids:  # a node our filter calls unresolvable (not cached), or nothing to evict
+            return "dropped", None
+        held = {uid: model.assignments[uid] for uid in dict.fromkeys(given.uids)
+                if uid in model.assignments and model.assignments[uid].node == row}
+        evicted = dict(held)
+        for uid in evicted:
+            model.unassign(uid)
+        try:
+            if not self._passes(facts, node):
+                return "dropped", None
+            self._reprieve(facts, node, row, evicted)
+        finally:
+            for assignment in evicted.values():
+                if assignment.pod.identity not in model.assignments:
+                    model.assign(assignment.pod, node, assignment.devices)
+        kept = tuple(uid for uid in given.uids if uid not in held or uid in evicted)
+        if len(kept) == len(given.uids) or not kept:
+            return "kept", given
+        return "trimmed", NodeVictims(kept, self._violations(kept, held, given))
+
+    def _reprieve(self, facts: pods.PodFacts, node: str, row: int, evicted: dict[str, cluster.Assignment]) -> None:
+        """Put the victims back one at a time, as upstream's SelectVictimsOnNode reprieves them: those whose eviction
+        would violate a PodDisruptionBudget first, each group most important first. One is spared (leaves
+        `evicted`) only if the pod still passes our filters and every filter (Framework.fits, kube-scheduler's
+        too) with it there: a victim kube-scheduler needed gone is never spared."""
+        model = self.model.cluster
+        violating, others = preemption.violating(
+            preemption.more_important_first(assignment.pod for assignment in evicted.values()),
+            list(self.model.budgets.values()))
+        for victim in [*violating, *others]:
+            assignment = evicted[victim.identity]
+            model.assign(assignment.pod, node, assignment.devices)
+            if self._passes(facts, node) and self.framework.fits(facts, row):
+                del evicted[victim.identity]  # spared: stays
+            else:
+                model.unassign(victim.identity)
+
+    def _passes(self, facts: pods.PodFacts, node: str) -> bool:
+        """Whether our own filters (not those kube-scheduler has run itself) let the pod onto `node` now."""
+        feasible, _, _ = self.framework.evaluate(facts, [node], score=False)
+        return bool(feasible)
+
+    def _violations(self, kept: tuple[str, ...], held: Mapping[str, cluster.Assignment], given: NodeVictims) -> int:
+        """NumPDBViolations of the victims left: recounted when we watch budgets and hold every victim, else what
+        kube-scheduler counted, at most one per victim left."""
+        budgets = list(self.model.budgets.values())
+        if budgets and all(uid in held for uid in kept):
+            return len(preemption.violating([held[uid].pod for uid in kept], budgets)[0])
+        return min(given.pdb_violations, len(kept))
 
     def _keep_scores(self, uid: str, asked: frozenset[str], scores: dict[str, float]) -> None:
         self.filtered[uid] = (asked, scores)
@@ -536,8 +720,8 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
             REQUESTS.labels(verb, "not_ready").inc()
             message = ("gpu-scheduler extender: no valid configuration loaded yet" if extender is None
                        else "gpu-scheduler extender: nodes and pods not listed from the API yet")
-            if verb == "prioritize":  # HostPriorityList has no Error field; kube-scheduler ignores this
-                return _error(503, message)
+            if verb in ("prioritize", "preempt"):  # answers without an Error field: kube-scheduler ignores a
+                return _error(503, message)        # failed prioritize, and preempts nobody on a failed preempt
             if verb == "bind":
                 return jsonify(Error=message)
             return jsonify(Nodes=None, NodeNames=None, FailedNodes={}, FailedAndUnresolvableNodes={}, Error=message)
@@ -566,6 +750,14 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
             return result, "refused" if result["Error"] else "bound"
 
         return serve("bind", parse_binding, answer)
+
+    @app.post("/preempt")
+    def preempt() -> Any:
+        def answer(extender: Extender, args: PreemptionArgs) -> tuple[ExtenderPreemptionResult, str]:
+            result = extender.preempt(args)
+            return result, "ok" if result["NodeNameToMetaVictims"] else "no_candidates"
+
+        return serve("preempt", parse_preemption, answer)
 
     @app.get("/healthz")
     def healthz() -> Any:

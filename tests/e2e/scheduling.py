@@ -21,8 +21,9 @@ from tests import servers
 GPU = "nvidia.com/gpu"
 MILLI = "gpu-scheduler.io/gpu-milli"
 DEVICES = "gpu-scheduler.io/gpu-devices"
-SHIPPED_KUBE_SCHEDULER_CONFIG = (Path(__file__).parents[2] / "manifests" / "components" / "extender"
-                                 / "kube-scheduler-extender-config.yaml")
+EXTENDER_COMPONENT = Path(__file__).parents[2] / "manifests" / "components" / "extender"
+SHIPPED_KUBE_SCHEDULER_CONFIG = EXTENDER_COMPONENT / "kube-scheduler-extender-config.yaml"
+OVERLAY_KUBE_SCHEDULER_CONFIG = EXTENDER_COMPONENT / "kube-scheduler-config.yaml"  # the overlay's second scheduler
 
 
 @dataclass
@@ -100,6 +101,16 @@ def kube_scheduler_config(port: int, profile: str, *, every_pod: bool = False) -
     if every_pod:
         del extender_config["managedResources"]
         extender_config["nodeCacheCapable"] = False
+    return yaml.safe_dump(shipped)
+
+
+def overlay_kube_scheduler_config(port: int, profile: str) -> str:
+    """The extender overlay's own kube-scheduler configuration (every pod of its profile through the extender, node
+    names only), pointed at the extender on loopback and given its own profile."""
+    shipped = yaml.safe_load(OVERLAY_KUBE_SCHEDULER_CONFIG.read_text())
+    shipped["profiles"] = [{"schedulerName": profile}]
+    [extender_config] = shipped["extenders"]
+    extender_config["urlPrefix"] = f"http://127.0.0.1:{port}"
     return yaml.safe_dump(shipped)
 
 

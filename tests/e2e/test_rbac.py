@@ -49,7 +49,7 @@ def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) 
         (WEBHOOK, "patch", "mutatingwebhookconfigurations/other", None),
         (WEBHOOK, "create", "pods/binding", "default"),
         (SCHEDULER, "get", "secrets", "gpu-scheduler-system"),
-        (SCHEDULER, "delete", "pods", "default"),
+        (SCHEDULER, "deletecollection", "pods", "default"),  # preemption deletes its victims one by one
         (SCHEDULER, "create", "pods", "default"),
         (SCHEDULER, "patch", "nodes", None),
         (SCHEDULER, "update", "leases/someone-else", "gpu-scheduler-system"),
@@ -80,8 +80,11 @@ def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace)
         (SCHEDULER, "list", "replicationcontrollers", None),
         (SCHEDULER, "watch", "replicasets.apps", None),
         (SCHEDULER, "list", "statefulsets.apps", None),
+        (SCHEDULER, "delete", "pods", "default"),  # preemption victims
+        (SCHEDULER, "watch", "poddisruptionbudgets.policy", None),  # preemption spares budgets when it can
         (EXTENDER, "create", "pods/binding", "default"),
         (EXTENDER, "watch", "namespaces", None),
+        (EXTENDER, "watch", "poddisruptionbudgets.policy", None),  # /preempt recounts budget violations
         (EXTENDER, "patch", "pods/status", "default"),
         (EXTENDER, "create", "events", "default"),
     ],

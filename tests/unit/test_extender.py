@@ -451,6 +451,133 @@ def test_gpu_shares_pack_onto_one_gpu_and_never_overcommit():
     assert bind(client, core, last, "n") == "node n cannot take pod ns/s200 any more: node(s) had no GPU with 200/1000 free"
 
 
+# --- preempt ----------------------------------------------------------------------------------------
+
+
+def ranked(name: str, priority: int, **kwargs: Any) -> dict[str, Any]:
+    obj = gpu_pod(name, **kwargs)
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+def preempt(client: Any, pod_obj: dict[str, Any], victims: dict[str, list[str]], violations: int = 0) -> Any:
+    """/preempt as kube-scheduler asks it with nodeCacheCapable: true (victims by UID); the NodeNameToMetaVictims
+    answered."""
+    asked = {node_name: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+             for node_name, uids in victims.items()}
+    return post(client, "preempt", {"Pod": pod_obj, "NodeNameToVictims": None,
+                                    "NodeNameToMetaVictims": asked})["NodeNameToMetaVictims"]
+
+
+def model_state(ext: extender.Extender) -> tuple[Any, ...]:
+    model = ext.model.cluster
+    return ({uid: (a.node, a.devices) for uid, a in model.assignments.items()}, model.gpu_free.tolist(),
+            model.used.tolist())
+
+
+SHARE_700 = ranked("keeper-700", 1000, milli=700, node_name="b")  # more important than the preemptor's victims
+CPU_HOG = ranked("cpu-hog", 10, cpu="2", node_name="b")  # the least important pod, but it holds no GPU
+SHARE_600 = ranked("share-600", 100, milli=600, cpu="2", node_name="a")
+PREEMPTOR = ranked("preemptor", 10000, milli=500, cpu="1")
+
+
+def two_full_nodes() -> tuple[extender.Extender, Any]:
+    """Node a: a share of 600 on its one GPU and both its CPUs. Node b: a more important share of 700, and the CPUs
+    held by a pod of no GPU. kube-scheduler, blind to GPU shares, would free node b (its victim has the lowest
+    priority), where the GPU still has only 300 free."""
+    ext, _, client = make(node("a", gpus=1, cpu="2"), node("b", gpus=1, cpu="2"),
+                          bound=(SHARE_600, SHARE_700, CPU_HOG))
+    return ext, client
+
+
+def test_preempt_drops_a_node_whose_victims_free_no_gpu_room_and_keeps_the_one_whose_victims_do():
+    ext, client = two_full_nodes()
+    before = model_state(ext)
+    answer = preempt(client, PREEMPTOR, {"a": ["uid-share-600"], "b": ["uid-cpu-hog"]})
+    assert answer == {"a": {"Pods": [{"UID": "uid-share-600"}], "NumPDBViolations": 0}}  # b left out, not emptied
+    assert model_state(ext) == before  # victims taken away only for the moment
+
+
+def test_preempt_accepts_full_victim_pods_as_sent_without_node_cache_and_answers_by_uid():
+    _, client = two_full_nodes()
+    body = {"Pod": PREEMPTOR, "NodeNameToMetaVictims": None,
+            "NodeNameToVictims": {"a": {"Pods": [SHARE_600], "NumPDBViolations": 0},
+                                  "b": {"Pods": [CPU_HOG], "NumPDBViolations": 0}}}
+    assert post(client, "preempt", body) == {
+        "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "uid-share-600"}], "NumPDBViolations": 0}}}
+
+
+def test_preempt_drops_a_node_whose_whole_gpus_stay_taken():
+    whole = ranked("whole", 1000, gpus=1, node_name="n")
+    _, _, client = make(node("n", gpus=1, cpu="2"), bound=(whole, ranked("cpu-hog", 10, cpu="2", node_name="n")))
+    assert preempt(client, ranked("p", 10000, gpus=1, cpu="1"), {"n": ["uid-cpu-hog"]}) == {}
+
+
+def test_preempt_drops_a_node_where_the_victims_free_enough_thousandths_only_across_gpus():
+    """Each victim frees 200 of a GPU whose other 600 stay taken: 800 free on the node, 400 on any one GPU."""
+    bound = tuple(ranked(name, priority, milli=milli, node_name="n",
+                         annotations={DEVICES: json.dumps([{"index": index, "milli": milli}])})
+                  for name, priority, milli, index in (("keep-0", 1000, 600, 0), ("small-0", 20, 200, 0),
+                                                       ("keep-1", 1000, 600, 1), ("small-1", 10, 200, 1)))
+    ext, _, client = make(node("n", gpus=2), bound=bound)
+    assert ext.model.cluster.gpu_free[ext.model.cluster.index["n"], :2].tolist() == [200, 200]
+    assert preempt(client, PREEMPTOR, {"n": ["uid-small-0", "uid-small-1"]}) == {}
+    assert preempt(client, ranked("p", 10000, milli=400), {"n": ["uid-small-0", "uid-small-1"]}) == {
+        "n": {"Pods": [{"UID": "uid-small-1"}], "NumPDBViolations": 0}}  # one frees 400: the more important spared
+
+
+def test_preempt_spares_a_victim_not_needed_and_keeps_one_the_model_does_not_hold():
+    idle = ranked("idle", 5, cpu="1", node_name="n")
+    ext, _, client = make(node("n", gpus=1, cpu="8"), bound=(ranked("share", 100, milli=600, node_name="n"), idle))
+    before = model_state(ext)
+    answer = preempt(client, PREEMPTOR, {"n": ["uid-share", "uid-idle", "uid-not-in-the-model"]}, violations=1)
+    assert answer == {"n": {"Pods": [{"UID": "uid-share"}, {"UID": "uid-not-in-the-model"}], "NumPDBViolations": 1}}
+    assert model_state(ext) == before
+
+
+def test_preempt_never_answers_a_node_with_no_victims():
+    """Our filters would spare every victim (kube-scheduler sees a need we do not): the victims as given."""
+    _, _, client = make(node("n", gpus=1, cpu="8"), bound=(ranked("idle", 5, cpu="1", node_name="n"),))
+    assert preempt(client, PREEMPTOR, {"n": ["uid-idle"]}, violations=1) == {
+        "n": {"Pods": [{"UID": "uid-idle"}], "NumPDBViolations": 1}}
+    assert preempt(client, PREEMPTOR, {"n": [], "ghost": ["uid-idle"]}) == {}  # nothing to evict; a node not cached
+
+
+def test_preempt_never_spares_a_victim_kube_schedulers_own_filters_need_gone():
+    """Our filters leave pod anti-affinity to kube-scheduler; sparing the pod it repels would make the node fail
+    there, so only the idle victim is spared."""
+    repelled = ranked("repelled", 100, cpu="1", node_name="n", labels={"app": "noisy"})
+    _, _, client = make(node("n", gpus=1), bound=(repelled, ranked("idle", 5, cpu="1", node_name="n")))
+    pod_obj = copy.deepcopy(PREEMPTOR)
+    pod_obj["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    assert preempt(client, pod_obj, {"n": ["uid-repelled", "uid-idle"]}) == {
+        "n": {"Pods": [{"UID": "uid-repelled"}], "NumPDBViolations": 0}}
+
+
+def test_preempt_recounts_budget_violations_of_the_victims_left_when_it_watches_budgets():
+    share = ranked("share", 100, milli=600, node_name="n", labels={"app": "train"})
+    idle = ranked("idle", 5, cpu="1", node_name="n", labels={"app": "web"})
+    ext, _, client = make(node("n", gpus=1), bound=(share, idle))
+    asked = {"n": ["uid-share", "uid-idle"]}
+    assert preempt(client, PREEMPTOR, asked, violations=1)["n"]["NumPDBViolations"] == 1  # no budgets: at most 1
+    ext.replace_budgets([{"metadata": {"name": "web", "namespace": "ns", "uid": "pdb-web"},
+                          "spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 0}}])
+    assert preempt(client, PREEMPTOR, asked, violations=1) == {
+        "n": {"Pods": [{"UID": "uid-share"}], "NumPDBViolations": 0}}  # recounted: the budget's pod is spared
+
+
+def test_preempt_spares_the_victims_a_budget_protects_first_as_upstream_does():
+    """Either share going makes room; the less important one is protected by a budget, so the other goes."""
+    free_to_go = ranked("free-to-go", 50, milli=500, node_name="n")
+    protected = ranked("protected", 20, milli=500, node_name="n", labels={"app": "db"})
+    ext, _, client = make(node("n", gpus=1), bound=(free_to_go, protected))
+    ext.budget_event("ADDED", {"metadata": {"name": "db", "namespace": "ns", "uid": "pdb-db"},
+                               "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}})
+    assert preempt(client, PREEMPTOR, {"n": ["uid-free-to-go", "uid-protected"]}, violations=1) == {
+        "n": {"Pods": [{"UID": "uid-free-to-go"}], "NumPDBViolations": 0}}
+
+
 # --- the model, from watch events -------------------------------------------------------------------
 
 
@@ -566,6 +693,28 @@ def test_a_body_that_is_not_json_is_a_400_that_says_where(body, where):
     ("bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}, "Node: must be a non-empty string, got nothing"),
     ("bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": 5, "Node": "n"},
      "PodUID: must be a non-empty string, got 5"),
+    ("preempt", [], "body: must be a JSON object (ExtenderPreemptionArgs), got []"),
+    ("preempt", {"NodeNameToMetaVictims": {}}, "Pod: missing"),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToVictims": None, "NodeNameToMetaVictims": None},
+     "NodeNameToMetaVictims, NodeNameToVictims: one must be given (NodeNameToMetaVictims when nodeCacheCapable is true)"),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToVictims": {}, "NodeNameToMetaVictims": {}},
+     "NodeNameToMetaVictims, NodeNameToVictims: only one may be given"),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": ["n"]},
+     'NodeNameToMetaVictims: must be an object of node names to victims, got ["n"]'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"": {"Pods": []}}},
+     'NodeNameToMetaVictims[""]: must be keyed by a node name'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"n": ["u"]}},
+     'NodeNameToMetaVictims["n"]: must be an object (Victims), got ["u"]'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"n": {"Pods": {"UID": "u"}}}},
+     'NodeNameToMetaVictims["n"].Pods: must be a list, got {"UID": "u"}'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"n": {"Pods": ["u"]}}},
+     'NodeNameToMetaVictims["n"].Pods[0]: must be an object (MetaPod), got "u"'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "u"}, {"uid": "v"}]}}},
+     'NodeNameToMetaVictims["n"].Pods[1].UID: must be a non-empty string, got null'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "u"}], "NumPDBViolations": "1"}}},
+     'NodeNameToMetaVictims["n"].NumPDBViolations: must be a non-negative integer, got "1"'),
+    ("preempt", {"Pod": GOOD_POD, "NodeNameToVictims": {"n": {"Pods": [{"metadata": {"name": "v"}}]}}},
+     'NodeNameToVictims["n"].Pods[0].metadata.uid: must be a non-empty string, got null'),
 ])
 def test_a_malformed_request_is_a_400_that_names_the_field(verb, body, message):
     _, core, client = make()
@@ -598,9 +747,17 @@ def test_until_the_watches_have_listed_every_verb_answers_with_an_error_and_read
     assert post(client, "filter", {"Pod": GOOD_POD, "NodeNames": ["a100-1"]})["Error"] == message
     assert post(client, "bind", binding(GOOD_POD, "a100-1")) == {"Error": message}
     assert client.post("/prioritize", json={"Pod": GOOD_POD, "NodeNames": ["a100-1"]}).status_code == 503
+    preempting = client.post("/preempt", json={"Pod": GOOD_POD, "NodeNameToMetaVictims": {"a100-1": {"Pods": []}}})
+    assert (preempting.status_code, preempting.get_json()["error"]) == (503, message)  # no result: nobody evicted
     assert client.get("/readyz").status_code == 503
     unconfigured = extender.build_app(lambda: None).test_client()
     assert unconfigured.get("/readyz").get_json()["error"] == "no valid configuration loaded yet"
+
+
+def sample(client: Any, series: str) -> float:
+    """One series' value on /metrics (counters are the process's: other tests count too), 0 when absent."""
+    lines = client.get("/metrics").get_data(as_text=True).splitlines()
+    return next((float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series + " ")), 0.0)
 
 
 def test_health_readiness_and_metrics():
@@ -609,6 +766,11 @@ def test_health_readiness_and_metrics():
     assert client.get("/readyz").get_json() == {"status": "ready", "nodes": 3, "pods": 1}
     filter_names(client, GOOD_POD, ["a100-1"])
     client.post("/filter", data=b"[")
+    preempted = ('gpu_scheduler_extender_requests_total{outcome="no_candidates",verb="preempt"}',
+                 'gpu_scheduler_extender_preemption_nodes_total{result="dropped"}')
+    before = [sample(client, series) for series in preempted]
+    assert preempt(client, GOOD_POD, {"ghost": ["uid-q"]}) == {}
+    assert [sample(client, series) for series in preempted] == [count + 1 for count in before]
     text = client.get("/metrics").get_data(as_text=True)
     assert 'gpu_scheduler_extender_requests_total{outcome="ok",verb="filter"}' in text
     assert 'gpu_scheduler_extender_requests_total{outcome="invalid",verb="filter"}' in text
@@ -631,7 +793,20 @@ def test_the_shipped_kube_scheduler_configuration_uses_every_verb_we_serve():
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["enableHTTPS"] is False
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     routes = {rule.rule for rule in extender.build_app(lambda: None).url_map.iter_rules()}
-    assert {f"/{ext[verb]}" for verb in ("filterVerb", "prioritizeVerb", "bindVerb")} <= routes
+    assert {f"/{ext[verb]}" for verb in VERBS} <= routes
+
+
+VERBS = ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")
+
+
+def test_the_second_kube_schedulers_configuration_sends_every_pod_of_its_profile_through_every_verb():
+    """The extender overlay's own kube-scheduler: no managedResources, so GPU shares reach the extender too."""
+    shipped = yaml.safe_load((SHIPPED.parent / "kube-scheduler-config.yaml").read_text())
+    assert [p["schedulerName"] for p in shipped["profiles"]] == ["gpu-scheduler"]
+    [ext] = shipped["extenders"]
+    assert "managedResources" not in ext and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
+    routes = {rule.rule for rule in extender.build_app(lambda: None).url_map.iter_rules()}
+    assert {f"/{ext[verb]}" for verb in VERBS} <= routes
 
 
 def test_a_watch_down_longer_than_a_minute_fails_readiness_and_health():

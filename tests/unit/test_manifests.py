@@ -158,21 +158,45 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
 
     live = running.LiveScheduler(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), config.Config())
     live.stop()
-    calls = [reflector._list_call for reflector in live.watches.reflectors]
-    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy"}
-    watched = {(groups.get(type(call.__self__), ""),
-                _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
-               for call in calls}
+    watched = _watched(live.watches.reflectors)
     selectors = {("", "services"), ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets")}
     storage = {("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
                ("storage.k8s.io", "csinodes"), ("storage.k8s.io", "csidrivers"),
                ("storage.k8s.io", "csistoragecapacities"), ("storage.k8s.io", "volumeattachments")}
     assert selectors | storage | {("policy", "poddisruptionbudgets")} <= watched
-    role = next(d for d in yaml.safe_load_all((COMPONENTS / "scheduler" / "rbac.yaml").read_text())
-                if d["kind"] == "ClusterRole")
-    granted = {(group, resource) for rule in role["rules"] if {"list", "watch"} <= set(rule["verbs"])
-               for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert watched <= granted
+    assert watched <= _granted(COMPONENTS / "scheduler" / "rbac.yaml")
+
+
+def test_the_extender_may_list_and_watch_all_it_watches():
+    """The same for `gpu-scheduler extender`, whose PodDisruptionBudget watch serves /preempt."""
+    from kubernetes import client
+
+    from gpu_scheduler.runtime import extender
+
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    served = extender.Extender(config.Config(), core=client.CoreV1Api(api))
+    served.stop()
+    watched = _watched(served.cluster_watches().reflectors)
+    assert {("", "nodes"), ("", "pods"), ("", "namespaces"), ("policy", "poddisruptionbudgets")} <= watched
+    assert watched <= _granted(COMPONENTS / "extender" / "extender.yaml")
+
+
+def _watched(reflectors):
+    """(API group, resource) of what each reflector lists and watches, from its list call."""
+    from kubernetes import client
+
+    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy"}
+    calls = [reflector._list_call for reflector in reflectors]
+    return {(groups.get(type(call.__self__), ""),
+             _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
+            for call in calls}
+
+
+def _granted(path):
+    """(API group, resource) pairs the ClusterRole in `path` grants both list and watch on."""
+    role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "ClusterRole")
+    return {(group, resource) for rule in role["rules"] if {"list", "watch"} <= set(rule["verbs"])
+            for group in rule["apiGroups"] for resource in rule["resources"]}
 
 
 def _plural(kind: str) -> str:
