@@ -388,6 +388,8 @@ class LiveScheduler:
         after a failure, let the pod try again at once."""
         if evicted is None or uid not in self.model.pending:
             self.preempting.pop(uid, None)
+            if evicted is None:  # the pod must not wait parked for a change its own failed preemption never made
+                self.queue.failed(uid, time.monotonic(), unschedulable=False)
             return
         self.preempting[uid] = evicted
         self._still_preempting(uid)

@@ -419,3 +419,22 @@ def test_a_preemption_nominates_marks_and_deletes_its_victims_once_and_keeps_the
     assert "ns/other" not in accounted(live)  # the room is the preemptor's
     live._schedule("uid-urgent")
     assert accounted(live)["ns/urgent"] == "a"
+
+
+def test_a_preemption_the_api_refuses_midway_is_tried_again_not_left_parked(scheduler, monkeypatch):
+    def refuse_deletes(api, method, path, body, **_):
+        if method == "DELETE":
+            raise ApiException(status=500, reason="Internal Server Error")
+        return b"{}"
+
+    monkeypatch.setattr(running.rawapi, "request", refuse_deletes)
+    live = scheduler
+    live._handle(("node", "ADDED", node("a", gpus=1)))
+    live._handle(("pod", "ADDED", prioritized(bound(pending("low", gpus=1), "a"), 10)))
+    live._handle(("pod", "ADDED", prioritized(pending("urgent", gpus=1), 100)))
+    live._schedule(live.queue.pop(float("inf")))
+    event = live.events.get(timeout=5)
+    assert event == ("preempted", "uid-urgent", None)
+    live._handle(event)
+    assert "uid-urgent" not in live.preempting and live.queue.parked() == 0
+    assert live.queue.pop(float("inf")) == "uid-urgent"
