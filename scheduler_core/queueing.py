@@ -84,6 +84,7 @@ class SchedulingQueue:
         if unschedulable:
             entry.parked_at = now
         else:
+            entry.parked_at = None  # an error, not a verdict on the cluster: back off, then try again
             heapq.heappush(self._heap, (-entry.priority, entry.arrival, key))
 
     def done(self, key: str) -> None:
