@@ -370,13 +370,15 @@ class LiveScheduler:
                      "message": f"{self.settings.scheduler_name}: preempting to accommodate a higher priority pod",
                      "lastTransitionTime": _timestamp()}
         try:
+            # the uid in the patch makes it fail on another pod of the victim's name (422: uid is immutable)
             rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status",
-                           {"status": {"conditions": [condition]}},
+                           {"metadata": {"uid": victim.identity}, "status": {"conditions": [condition]}},
                            content_type=rawapi.STRATEGIC_MERGE_PATCH)
             rawapi.request(self.api, "DELETE", _pod_path(namespace, name),
                            {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": victim.identity}})
         except ApiException as err:
-            if err.status in (404, 409):  # gone already, or another pod of its name now: nothing to evict
+            if err.status in (404, 409, 422):  # gone already, or another pod of its name now: nothing to evict
+                log.info("victim %s of %s not evicted: %s", victim.key, preemptor.key, watching.describe_error(err))
                 return
             raise
         events.record(self.api, namespace=namespace, name=name, uid=victim.identity, kind="Normal",

@@ -272,3 +272,20 @@ def test_a_scheduler_killed_mid_preemption_and_restarted_neither_evicts_more_nor
         kubelet.running.set()
     assert bound_to(api, "restart-urgent") == node
     assert not gone(api, spared)
+
+
+def test_a_victims_marking_cannot_land_on_another_pod_of_its_name(api, cluster):
+    """The eviction's status patch names the victim's uid: against a pod re-created under that name the apiserver
+    refuses it (the uid is immutable), so the new pod never carries the old one's DisruptionTarget."""
+    from gpu_scheduler import rawapi
+
+    (a,) = pool(api, "renamed", gpus=1, count=1)
+    pod(api, "renamed-victim", "renamed", "low", gpus=1, node=a)
+    with pytest.raises(ApiException) as refused:
+        rawapi.request(api, "PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/renamed-victim/status",
+                       {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"},
+                        "status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}},
+                       content_type=rawapi.STRATEGIC_MERGE_PATCH)
+    assert refused.value.status in (409, 422)
+    conditions = client.CoreV1Api(api).read_namespaced_pod("renamed-victim", NAMESPACE).status.conditions or []
+    assert not any(c.type == "DisruptionTarget" for c in conditions)
