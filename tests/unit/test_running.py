@@ -438,3 +438,22 @@ def test_a_preemption_the_api_refuses_midway_is_tried_again_not_left_parked(sche
     live._handle(event)
     assert "uid-urgent" not in live.preempting and live.queue.parked() == 0
     assert live.queue.pop(float("inf")) == "uid-urgent"
+
+
+def test_a_preemptor_placed_elsewhere_releases_the_room_it_was_nominated(scheduler, monkeypatch):
+    monkeypatch.setattr(running.rawapi, "request", lambda *args, **kwargs: b"{}")
+    live = scheduler
+    live._handle(("node", "ADDED", node("a", gpus=1)))
+    low = prioritized(bound(pending("low", gpus=1), "a"), 10)
+    live._handle(("pod", "ADDED", low))
+    live._handle(("pod", "ADDED", prioritized(pending("urgent", gpus=1), 100)))
+    live._schedule("uid-urgent")
+    live._handle(live.events.get(timeout=5))
+    assert live.model.nominated == {"uid-urgent": "a"}
+    live._handle(("node", "ADDED", node("b", gpus=1)))  # room elsewhere before the victim is gone
+    live._schedule("uid-urgent")
+    assert accounted(live)["ns/urgent"] == "b"
+    live._handle(("pod", "DELETED", low))
+    live._handle(("pod", "ADDED", prioritized(pending("other", gpus=1), 10)))
+    live._schedule("uid-other")
+    assert accounted(live)["ns/other"] == "a" and not live.model.nominees()
