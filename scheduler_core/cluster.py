@@ -9,7 +9,7 @@ idle GPU), so whole-GPU pods take idle devices and shares pack onto one device.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -317,6 +317,45 @@ class Cluster:
             self.storage.use(pod.namespace, key, pod.volumes, sign=-1)
         self._count_labels(row, pod, sign=-1)
         return assignment
+
+    def set_aside(self, assignments: Sequence[Assignment]) -> None:
+        """Take placed pods' requests and devices off their nodes, and nothing else (their labels, ports and
+        volumes stay counted): a cheap hypothetical removal, all at once, exact only for a pod whose fit depends on
+        nothing else (preemption's dry run). `put_back` undoes it; nothing else may change the model in between."""
+        self._shift(assignments, sign=-1)
+
+    def put_back(self, assignments: Sequence[Assignment]) -> None:
+        self._shift(assignments, sign=1)
+
+    def _shift(self, assignments: Sequence[Assignment], sign: int) -> None:
+        cells: list[tuple[int, int]] = []
+        amounts: list[int] = []
+        slots: list[tuple[int, int, int]] = []  # row, device, thousandths
+        for assignment in assignments:
+            row = assignment.node
+            for resource, amount in assignment.pod.requests.items():
+                column = self.resources.get(resource)
+                if column is not None:
+                    cells.append((column, row))
+                    amounts.append(amount)
+            slots += [(row, device.index, device.milli) for device in assignment.devices
+                      if device.index < self.gpu_count[row]]
+        if any(cell in self._beyond_max for cell in cells):  # exact use kept aside: one at a time, the slow way
+            for assignment in assignments:
+                self._add_requests(assignment.node, assignment.pod, sign)
+                self._take_devices(assignment.node, assignment.devices, sign)
+            return
+        if cells:
+            columns, rows = zip(*cells)
+            np.add.at(self.used, (list(columns), list(rows)), sign * np.asarray(amounts, dtype=np.int64))
+            self.row_version[np.unique(rows)] += 1
+        if slots:
+            slot_rows, indices, milli = (list(part) for part in zip(*slots))
+            taken = sign * np.asarray(milli, dtype=np.int64)
+            np.subtract.at(self.gpu_free, (slot_rows, indices), taken)
+            np.add.at(self.gpu_used, slot_rows, taken)
+            touched = np.unique(slot_rows)
+            self.whole_free[touched] = (self.gpu_free[touched] == GPU_MILLI).sum(axis=1)
 
     def relabel(self, key: str, *, labels: Mapping[str, str], app: str | None, terminating: bool,
                 started: str | None, preempted: bool) -> bool:

@@ -185,46 +185,36 @@ class Evaluator:
         return min(wanted, potential)
 
     def _victims_at_once(self, pod: PodFacts, rows: Sequence[int], budgets: Sequence[Budget]) -> list[Victims]:
-        """SelectVictimsOnNode for many nodes in one pass per step: each node's lower-priority pods taken away
-        together, the k-th of each node reprieved together. Exact only when whether the pod fits a node does not
-        depend on the pods of other nodes (`_node_local`)."""
+        """SelectVictimsOnNode for many nodes in one pass per step: each node's lower-priority pods set aside
+        together (their requests and devices only: `_node_local`), the k-th of each node put back together."""
         cluster = self.cluster
-        removed: dict[int, dict[str, Any]] = {}
+        aside: dict[int, dict[str, Any]] = {}  # row -> uid -> assignment, while set aside
         for row in rows:
             lower = {uid: cluster.assignments[uid] for uid in sorted(cluster.node_pods.get(row, ()))
                      if cluster.assignments[uid].pod.priority < pod.priority}
             if lower:
-                removed[row] = lower
+                aside[row] = lower
             else:
                 self.statuses[row] = NO_VICTIMS
-        for lower in removed.values():
-            for uid in lower:
-                cluster.unassign(uid)
+        cluster.set_aside([assignment for lower in aside.values() for assignment in lower.values()])
         try:
             fitting = self.framework.fitting(pod)
-            self.statuses.update(self.framework.first_rejections(pod, [row for row in removed if not fitting[row]]))
-            orders: dict[int, tuple[list[PodFacts], list[PodFacts]]] = {
-                row: violating(more_important_first(a.pod for a in lower.values()), budgets)
-                for row, lower in removed.items() if fitting[row]}
+            self.statuses.update(self.framework.first_rejections(pod, [row for row in aside if not fitting[row]]))
+            orders = {row: violating(more_important_first(a.pod for a in lower.values()), budgets)
+                      for row, lower in aside.items() if fitting[row]}
             victims: dict[int, list[PodFacts]] = {row: [] for row in orders}
             violations = dict.fromkeys(orders, 0)
             steps = max((len(bad) + len(good) for bad, good in orders.values()), default=0)
             for step in range(steps):
-                trying = {}
-                for row, (bad, good) in orders.items():
-                    if step < len(bad) + len(good):
-                        candidate = (bad + good)[step]
-                        assignment = removed[row][candidate.identity]
-                        cluster.assign(assignment.pod, cluster.node(row).name, assignment.devices)
-                        trying[row] = candidate
+                trying = {row: (bad + good)[step] for row, (bad, good) in orders.items() if step < len(bad) + len(good)}
+                cluster.put_back([aside[row].pop(candidate.identity) for row, candidate in trying.items()])
                 fitting = self.framework.fitting(pod)
-                for row, candidate in trying.items():
-                    if fitting[row]:
-                        del removed[row][candidate.identity]  # reprieved: stays
-                        continue
-                    cluster.unassign(candidate.identity)
+                evicted = [(row, candidate) for row, candidate in trying.items() if not fitting[row]]  # others stay
+                for row, candidate in evicted:
+                    aside[row][candidate.identity] = cluster.assignments[candidate.identity]
                     victims[row].append(candidate)
                     violations[row] += candidate in orders[row][0]
+                cluster.set_aside([aside[row][candidate.identity] for row, candidate in evicted])
             found = []
             for row, chosen in victims.items():
                 if not chosen:
@@ -234,14 +224,10 @@ class Evaluator:
                 if bad and good:
                     chosen = more_important_first(chosen)
                 found.append(Victims(cluster.node(row).name, tuple(chosen), violations[row],
-                                     self._stranded(pod, row, [removed[row][v.identity] for v in chosen])))
+                                     self._stranded(pod, row, [aside[row][v.identity] for v in chosen])))
             return found
         finally:
-            for row, lower in removed.items():
-                node = cluster.node(row).name
-                for assignment in lower.values():
-                    if assignment.pod.identity not in cluster.assignments:
-                        cluster.assign(assignment.pod, node, assignment.devices)
+            cluster.put_back([assignment for lower in aside.values() for assignment in lower.values()])
 
     def select_victims(self, pod: PodFacts, row: int, budgets: Sequence[Budget] = ()) -> Victims | None:
         """SelectVictimsOnNode: the fewest lower-priority pods whose eviction lets `pod` fit on `row`, or None."""
@@ -343,10 +329,11 @@ class Evaluator:
 
 
 def _node_local(pod: PodFacts, cluster: Any) -> bool:
-    """Whether the pod fits a node or not whatever the pods of other nodes: no inter-pod affinity or hard topology
-    spread of its own, and no placed pod's required anti-affinity anywhere."""
+    """Whether the pod fits a node or not by the requests and GPU devices of the pods there alone: no inter-pod
+    affinity or hard topology spread of its own, no placed pod's required anti-affinity anywhere, no host ports, no
+    volumes (whose filters read the pods' own)."""
     return (pod.pod_affinity is None and (pod.topology_spread is None or not pod.topology_spread.hard)
-            and not cluster.pod_index.anti_terms)
+            and not cluster.pod_index.anti_terms and not pod.host_ports and not pod.volumes)
 
 
 def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str]]) -> tuple[Any, dict[int, str]]:
