@@ -62,6 +62,7 @@ class Cluster:
         self.index: dict[str, int] = {}
         self.facts: list[NodeFacts | None] = []
         self.assignments: dict[str, Assignment] = {}  # by PodFacts.identity: the UID, else namespace/name
+        self._cells: dict[str, tuple[Mapping[str, int], list[int], list[int]]] = {}  # see _request_cells
         self.node_pods: defaultdict[int, set[str]] = defaultdict(set)
         self.app_on_node: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.app_in_zone: defaultdict[str, Counter[int]] = defaultdict(Counter)
@@ -186,6 +187,7 @@ class Cluster:
         """A column for a resource no node had; pods already accounted that request it count
         on it from now on, so taking them away later never leaves a negative use behind."""
         column = self.resources[resource] = len(self.resources)
+        self._cells.clear()
         self._grow()
         for assignment in self.assignments.values():
             self._add_use(column, assignment.node, assignment.pod.requests.get(resource, 0))
@@ -307,6 +309,7 @@ class Cluster:
         assignment = self.assignments.pop(key, None)
         if assignment is None:
             return None
+        self._cells.pop(key, None)
         row, pod = assignment.node, assignment.pod
         self._add_requests(row, pod, sign=-1)
         self._take_devices(row, assignment.devices, sign=-1)
@@ -328,34 +331,45 @@ class Cluster:
         self._shift(assignments, sign=1)
 
     def _shift(self, assignments: Sequence[Assignment], sign: int) -> None:
-        cells: list[tuple[int, int]] = []
+        columns: list[int] = []
+        rows: list[int] = []
         amounts: list[int] = []
-        slots: list[tuple[int, int, int]] = []  # row, device, thousandths
+        slot_rows: list[int] = []
+        indices: list[int] = []
+        milli: list[int] = []
         for assignment in assignments:
             row = assignment.node
-            for resource, amount in assignment.pod.requests.items():
-                column = self.resources.get(resource)
-                if column is not None:
-                    cells.append((column, row))
-                    amounts.append(amount)
-            slots += [(row, device.index, device.milli) for device in assignment.devices
-                      if device.index < self.gpu_count[row]]
-        if any(cell in self._beyond_max for cell in cells):  # exact use kept aside: one at a time, the slow way
-            for assignment in assignments:
+            pod_columns, pod_amounts = self._request_cells(assignment.pod)
+            columns += pod_columns
+            rows += [row] * len(pod_columns)
+            amounts += pod_amounts
+            for device in assignment.devices:
+                slot_rows.append(row)
+                indices.append(device.index)
+                milli.append(device.milli)
+        if self._beyond_max and any(cell in self._beyond_max for cell in zip(columns, rows)):
+            for assignment in assignments:  # exact use kept aside: one at a time, the slow way
                 self._add_requests(assignment.node, assignment.pod, sign)
                 self._take_devices(assignment.node, assignment.devices, sign)
             return
-        if cells:
-            columns, rows = zip(*cells)
-            np.add.at(self.used, (list(columns), list(rows)), sign * np.asarray(amounts, dtype=np.int64))
-            self.row_version[np.unique(rows)] += 1
-        if slots:
-            slot_rows, indices, milli = (list(part) for part in zip(*slots))
+        if columns:
+            np.add.at(self.used, (columns, rows), sign * np.asarray(amounts, dtype=np.int64))
+            self.row_version[rows] += 1
+        if slot_rows:
             taken = sign * np.asarray(milli, dtype=np.int64)
             np.subtract.at(self.gpu_free, (slot_rows, indices), taken)
             np.add.at(self.gpu_used, slot_rows, taken)
-            touched = np.unique(slot_rows)
-            self.whole_free[touched] = (self.gpu_free[touched] == GPU_MILLI).sum(axis=1)
+            self.whole_free[slot_rows] = (self.gpu_free[slot_rows] == GPU_MILLI).sum(axis=1)
+
+    def _request_cells(self, pod: PodFacts) -> tuple[list[int], list[int]]:
+        """The columns a pod's requests count on, and the amounts, kept per pod (the columns change only when a
+        resource no node had appears, which forgets them all)."""
+        cells = self._cells.get(pod.identity)
+        if cells is None or cells[0] is not pod.requests:
+            columns = [self.resources[name] for name in pod.requests if name in self.resources]
+            cells = self._cells[pod.identity] = (pod.requests, columns,
+                                                 [pod.requests[name] for name in pod.requests if name in self.resources])
+        return cells[1], cells[2]
 
     def relabel(self, key: str, *, labels: Mapping[str, str], app: str | None, terminating: bool,
                 started: str | None, preempted: bool) -> bool:

@@ -209,6 +209,10 @@ class Framework:
         """The GPU devices `pod` would get on the node of `row` as the model is now."""
         return self._devices(row, pod)
 
+    def devices_on(self, free: np.ndarray, pod: PodFacts) -> tuple[Device, ...]:
+        """The GPU devices `pod` would get on a node whose devices have `free` thousandths free."""
+        return self._devices_on(free, pod)
+
     def place(self, pod: PodFacts, *, explain: bool = False) -> Decision:
         """Decide, and account the decision in the cluster model."""
         decision = self.decide(pod, explain=explain)
@@ -227,7 +231,9 @@ class Framework:
         return None
 
     def _devices(self, row: int, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
-        free = self.cluster.gpu_free[row, : self.cluster.gpu_count[row]]
+        return self._devices_on(self.cluster.gpu_free[row, : self.cluster.gpu_count[row]], pod, proposed)
+
+    def _devices_on(self, free: np.ndarray, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
         if pod.gpu_milli and proposed is not None and proposed < free.size and free[proposed] >= pod.gpu_milli:
             return (Device(proposed, pod.gpu_milli),)
         if pod.gpus:

@@ -66,7 +66,6 @@ class Victims:
     node: str
     pods: tuple[PodFacts, ...]
     pdb_violations: int
-    stranded: int = 0  # thousandths of GPU this preemption leaves free on partly used devices, beyond those before
 
 
 def eligible(pod: PodFacts, cluster: Any = None, *, nominated_unresolvable: bool = False) -> str | None:
@@ -200,31 +199,31 @@ class Evaluator:
         try:
             fitting = self.framework.fitting(pod)
             self.statuses.update(self.framework.first_rejections(pod, [row for row in aside if not fitting[row]]))
-            orders = {row: violating(more_important_first(a.pod for a in lower.values()), budgets)
-                      for row, lower in aside.items() if fitting[row]}
+            split = {row: violating(more_important_first(a.pod for a in lower.values()), budgets)
+                     for row, lower in aside.items() if fitting[row]}
+            orders = {row: bad + good for row, (bad, good) in split.items()}  # the order of the reprieves
             victims: dict[int, list[PodFacts]] = {row: [] for row in orders}
             violations = dict.fromkeys(orders, 0)
-            steps = max((len(bad) + len(good) for bad, good in orders.values()), default=0)
+            steps = max(map(len, orders.values()), default=0)
             for step in range(steps):
-                trying = {row: (bad + good)[step] for row, (bad, good) in orders.items() if step < len(bad) + len(good)}
+                trying = {row: order[step] for row, order in orders.items() if step < len(order)}
                 cluster.put_back([aside[row].pop(candidate.identity) for row, candidate in trying.items()])
                 fitting = self.framework.fitting(pod)
                 evicted = [(row, candidate) for row, candidate in trying.items() if not fitting[row]]  # others stay
                 for row, candidate in evicted:
                     aside[row][candidate.identity] = cluster.assignments[candidate.identity]
                     victims[row].append(candidate)
-                    violations[row] += candidate in orders[row][0]
+                    violations[row] += candidate in split[row][0]
                 cluster.set_aside([aside[row][candidate.identity] for row, candidate in evicted])
             found = []
             for row, chosen in victims.items():
                 if not chosen:
                     self.statuses[row] = f'expected at least one victim pod on node "{cluster.node(row).name}"'
                     continue
-                bad, good = orders[row]
+                bad, good = split[row]
                 if bad and good:
                     chosen = more_important_first(chosen)
-                found.append(Victims(cluster.node(row).name, tuple(chosen), violations[row],
-                                     self._stranded(pod, row, [aside[row][v.identity] for v in chosen])))
+                found.append(Victims(cluster.node(row).name, tuple(chosen), violations[row]))
             return found
         finally:
             cluster.put_back([assignment for lower in aside.values() for assignment in lower.values()])
@@ -262,43 +261,47 @@ class Evaluator:
                 return None
             if bad and good:
                 victims = more_important_first(victims)
-            return Victims(node, tuple(victims), violations, self._stranded(pod, row, [removed[v.identity]
-                                                                                        for v in victims]))
+            return Victims(node, tuple(victims), violations)
         finally:
             for assignment in removed.values():
                 cluster.assign(assignment.pod, node, assignment.devices)
 
-    def _stranded(self, pod: PodFacts, row: int, victims: Sequence[Any]) -> int:
-        """How many more thousandths of GPU this preemption leaves free on partly used devices of the node (the
-        victims gone, as now, and the pod on its devices) than there are with the victims: the fragmentation it
-        leaves behind."""
+    def stranded(self, pod: PodFacts, victims: Victims) -> int:
+        """How many more thousandths of GPU evicting `victims` and placing `pod` leaves free on partly used devices
+        of that node than there are now: the fragmentation the preemption leaves behind. The model is as it is now,
+        the victims in place."""
         cluster = self.cluster
-        now = cluster.gpu_free[row, : cluster.gpu_count[row]].copy()
-        before, after = now.copy(), now.copy()
-        for assignment in victims:
-            for device in assignment.devices:
-                before[device.index] -= device.milli
-        for device in self.framework.devices_for(pod, row):
+        row = cluster.index[victims.node]
+        before = cluster.gpu_free[row, : cluster.gpu_count[row]].copy()
+        now = stranded_of(before)
+        for victim in victims.pods:
+            assignment = cluster.assignments.get(victim.identity)
+            for device in assignment.devices if assignment is not None else ():
+                before[device.index] += device.milli
+        after = before.copy()
+        for device in self.framework.devices_on(before, pod):
             after[device.index] -= device.milli
-        return stranded_of(after) - stranded_of(before)
+        return stranded_of(after) - now
 
-    def pick(self, candidates: Sequence[Victims]) -> Victims | None:
-        """pickOneNodeForPreemption, with the least stranded GPU room before the latest-start tie-break."""
+    def pick(self, candidates: Sequence[Victims], pod: PodFacts | None = None) -> Victims | None:
+        """pickOneNodeForPreemption; given the `pod`, with the least stranded GPU room before the latest-start
+        tie-break (worked out only for the candidates still tied by then)."""
         if not candidates:
             return None
 
         def earliest_start(victims: Victims) -> tuple[int, int]:
             """GetEarliestPodStartTime: the earliest start among the victims of the highest priority."""
-            top = max(pod.priority for pod in victims.pods)
-            return min(started_at(pod) for pod in victims.pods if pod.priority == top)
+            top = max(victim.priority for victim in victims.pods)
+            return min(started_at(victim) for victim in victims.pods if victim.priority == top)
 
         keys = [
             lambda v: -v.pdb_violations,
-            lambda v: -max(pod.priority for pod in v.pods),
-            lambda v: -sum(pod.priority + PRIORITY_OFFSET for pod in v.pods),
+            lambda v: -max(victim.priority for victim in v.pods),
+            lambda v: -sum(victim.priority + PRIORITY_OFFSET for victim in v.pods),
             lambda v: -len(v.pods),
-            lambda v: -v.stranded,
         ]
+        if pod is not None:
+            keys.append(lambda v: -self.stranded(pod, v))
         remaining = sorted(candidates, key=lambda v: v.node)
         for key in keys:
             best = max(key(v) for v in remaining)
@@ -316,7 +319,7 @@ class Evaluator:
         reason = eligible(pod, self.cluster, nominated_unresolvable=nominated_unresolvable)
         if reason is not None:
             return reason
-        chosen = self.pick(self.candidates(pod, budgets, offset=offset, nominees=nominees, also=also))
+        chosen = self.pick(self.candidates(pod, budgets, offset=offset, nominees=nominees, also=also), pod)
         return chosen if chosen is not None else self.none_found()
 
     def none_found(self) -> str:

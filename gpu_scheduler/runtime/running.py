@@ -268,6 +268,9 @@ class LiveScheduler:
         if pending is None:
             self.queue.done(uid)
             return
+        if uid in self.preempting and self._still_preempting(uid):
+            self.queue.failed(uid, time.monotonic(), unschedulable=True)  # waits for its victims (upstream's
+            return                                                        # PreEnqueue keeps it out meanwhile)
         nominees = self.model.nominees()
         decision, excluded = preemption.decide(self.framework, pending.facts, nominees)
         if decision.node is None:
@@ -293,9 +296,6 @@ class LiveScheduler:
         the room nominated to pods of its priority or higher kept (`excluded`: rows it fits only without them)."""
         facts = dataclasses.replace(pending.facts, nominated_node=self.model.nominated.get(pending.uid)
                                     or pending.facts.nominated_node)
-        if pending.uid in self.preempting and self._still_preempting(pending.uid):
-            self._report_unschedulable(pending, reason)  # its victims are going: wait for them, evict no more
-            return
         metrics.PREEMPTION_ATTEMPTS.inc()
         outcome = self.preemptor.preempt(facts, list(self.model.budgets.values()),
                                          offset=int(self.framework.rng.integers(1 << 30)),

@@ -88,7 +88,7 @@ def test_among_equal_victims_the_node_left_least_fragmented_wins():
            prioritized("b-low", 10, milli=500, node_name="b"), prioritized("b-high", 200, milli=500, node_name="b"))
     evaluator = preemption.Evaluator(framework)
     urgent = facts(prioritized("urgent", 100, milli=500))
-    assert {v.node: v.stranded for v in evaluator.candidates(urgent)} == {"a": 500, "b": 0}
+    assert {v.node: evaluator.stranded(urgent, v) for v in evaluator.candidates(urgent)} == {"a": 500, "b": 0}
     assert evaluator.preempt(urgent).node == "b"
 
 

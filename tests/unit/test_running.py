@@ -450,6 +450,8 @@ def test_a_preemptor_placed_elsewhere_releases_the_room_it_was_nominated(schedul
     live._schedule("uid-urgent")
     live._handle(live.events.get(timeout=5))
     assert live.model.nominated == {"uid-urgent": "a"}
+    live._handle(("pod", "MODIFIED", {**low, "metadata": {**low["metadata"],
+                                                          "deletionTimestamp": "2026-12-02T00:00:00Z"}}))
     live._handle(("node", "ADDED", node("b", gpus=1)))  # room elsewhere before the victim is gone
     live._schedule("uid-urgent")
     assert accounted(live)["ns/urgent"] == "b"
