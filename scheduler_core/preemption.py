@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import fields, podaffinity
+from scheduler_core.cluster import Assignment
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import PodFacts
 
@@ -342,45 +343,61 @@ def _node_local(pod: PodFacts, cluster: Any) -> bool:
 def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str]]) -> tuple[Any, dict[int, str]]:
     """A decision that keeps the room nominated to pods of `pod`'s priority or higher, and the rows it left out for
     that, each with its reason. Upstream runs a node's filters with its nominated pods added, and again without
-    them; here the decision runs without them, and the node it chooses, if pods are nominated to it, is checked
-    again with them: refused, it is left out and the decision runs again. The scores are the same (upstream scores
-    without nominated pods), so the choice is upstream's, at the cost of one more decision only when the best node
-    is a nominated one."""
+    them; here the decision runs without them, and if the node it chooses has pods nominated to it, every node
+    with nominated pods is checked again with them at once: those that refuse the pod are left out and the
+    decision runs again. The scores are the same (upstream scores without nominated pods), so the choice is
+    upstream's, at the cost of one more decision only when the best node is a nominated one."""
     cluster = framework.cluster
-    excluded: dict[int, str] = {}
-    while True:
-        decision = framework.decide(pod, excluded=excluded)
-        if decision.node is None:
-            return decision, excluded
-        there = [(nominee, node) for nominee, node in nominees if node == decision.node]
-        if not there:
-            return decision, excluded
-        row = cluster.index[decision.node]
-        with reserving(cluster, there, pod) as added:
-            if not added:
-                return decision, excluded
-            if framework.fits(pod, row):
-                return dataclasses.replace(decision, devices=framework.devices_for(pod, row)), excluded
-            excluded.update(framework.first_rejections(pod, [row]))
+    decision = framework.decide(pod)
+    nominated = {node for nominee, node in nominees if _counts_against(nominee, pod, cluster)}
+    if decision.node is None or decision.node not in nominated:
+        return decision, {}
+    with reserving(cluster, nominees, pod):
+        fitting = framework.fitting(pod)
+        rows = {cluster.index[node] for node in nominated}
+        excluded = framework.first_rejections(pod, sorted(row for row in rows if not fitting[row]))
+        if not excluded:
+            row = cluster.index[decision.node]
+            return dataclasses.replace(decision, devices=framework.devices_for(pod, row)), {}
+    decision = framework.decide(pod, excluded=excluded)
+    if decision.node is not None and cluster.index[decision.node] in rows:
+        with reserving(cluster, [(n, node) for n, node in nominees if node == decision.node], pod):
+            decision = dataclasses.replace(decision, devices=framework.devices_for(pod, cluster.index[decision.node]))
+    return decision, excluded
+
+
+def _counts_against(nominee: PodFacts, pod: PodFacts, cluster: Any) -> bool:
+    """Whether a nominated pod's room is kept from `pod`: another pod, of its priority or higher, nominated to a
+    node the model holds, and not placed yet."""
+    return (nominee.identity != pod.identity and nominee.priority >= pod.priority
+            and nominee.identity not in cluster.assignments)
 
 
 @contextlib.contextmanager
-def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFacts) -> Iterator[list[str]]:
+def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFacts) -> Iterator[None]:
     """The pods a preemption nominated a node for, of `pod`'s priority or higher, accounted on those nodes while
     `pod` is decided (upstream's filters run with them added to the node), so room made for a more important pod
     is not taken meanwhile. Each takes the devices free for it there, as many as there are while victims still
-    terminate; the requests it adds keep the rest. Taken away again afterwards."""
-    added = []
+    terminate; the requests it adds keep the rest. Taken away again afterwards. For a pod whose fit reads only
+    requests and devices (`_node_local`), only those of the nominated pods are added (Cluster.put_back)."""
+    restored: list[str] = []
+    light: list[Any] = []
     try:
         for nominee, node in nominees:
-            if nominee.identity == pod.identity or nominee.priority < pod.priority or node not in cluster.index \
-                    or nominee.identity in cluster.assignments:
+            row = cluster.index.get(node)
+            if row is None or not _counts_against(nominee, pod, cluster):
                 continue
-            cluster.restore(dataclasses.replace(nominee, node_name=node, devices=None))
-            added.append(nominee.identity)
-        yield added
+            if _node_local(pod, cluster):
+                reserved = Assignment(nominee, row, cluster.first_fit(row, nominee))
+                cluster.put_back([reserved])
+                light.append(reserved)
+            else:
+                cluster.restore(dataclasses.replace(nominee, node_name=node, devices=None))
+                restored.append(nominee.identity)
+        yield
     finally:
-        for uid in added:
+        cluster.set_aside(light)
+        for uid in restored:
             cluster.unassign(uid)
 
 

@@ -138,3 +138,16 @@ def test_a_decision_leaves_out_a_node_whose_room_is_nominated_and_says_so_when_n
     assert decision.reason == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
     decision, _ = preemption.decide(framework, facts(prioritized("higher", 200, gpus=1)), [(urgent, "a")])
     assert decision.node == "a"
+
+
+def test_nominated_room_is_kept_as_well_from_a_pod_whose_fit_reads_other_pods():
+    """A pod with inter-pod terms is decided with the nominated pods accounted in full (labels too), not only
+    their requests and devices."""
+    framework = scheduler(node("a", gpus=2))
+    urgent = facts(prioritized("urgent", 100, gpus=2, labels={"app": "u"}))
+    spread_out = prioritized("low", 10, gpus=1, affinity={"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": "u"}}, "topologyKey": "kubernetes.io/hostname"}}]}})
+    decision, excluded = preemption.decide(framework, facts(spread_out), [(urgent, "a")])
+    assert decision.node is None and list(excluded) == [framework.cluster.index["a"]]
+    assert not framework.cluster.assignments
