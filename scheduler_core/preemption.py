@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -87,7 +88,13 @@ def eligible(pod: PodFacts, cluster: Any = None, *, nominated_unresolvable: bool
 def started_at(pod: PodFacts) -> tuple[int, int]:
     """status.startTime as (seconds, nanoseconds) since the epoch, to compare instants written with any fraction;
     a pod without one counts as started now, later than any that has one (upstream's GetPodStartTime)."""
-    match = _RFC3339.fullmatch(pod.started or "")
+    return _instant(pod.started or "")
+
+
+@functools.lru_cache(maxsize=65536)
+def _instant(text: str) -> tuple[int, int]:
+    """The instant an RFC 3339 time names, remembered: the same start times are sorted by at every dry run."""
+    match = _RFC3339.fullmatch(text)
     if match is None:
         return (2**62, 0)
     seconds = datetime.datetime.strptime(match["seconds"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
@@ -189,9 +196,10 @@ class Evaluator:
         together (their requests and devices only: `_node_local`), the k-th of each node put back together."""
         cluster = self.cluster
         aside: dict[int, dict[str, Any]] = {}  # row -> uid -> assignment, while set aside
+        assignments, priority = cluster.assignments, pod.priority
         for row in rows:
-            lower = {uid: cluster.assignments[uid] for uid in sorted(cluster.node_pods.get(row, ()))
-                     if cluster.assignments[uid].pod.priority < pod.priority}
+            placed = ((uid, assignments[uid]) for uid in sorted(cluster.node_pods.get(row, ())))
+            lower = {uid: assignment for uid, assignment in placed if assignment.pod.priority < priority}
             if lower:
                 aside[row] = lower
             else:
