@@ -105,11 +105,14 @@ class Cluster:
         self.rank = np.zeros(capacity, dtype=np.int64)  # position in name order, for stable ties
         # bumped whenever a row's facts or usage change: per-row caches recompute only what changed
         self.row_version = np.zeros(capacity, dtype=np.int64)
+        # bumped whenever the node or its pods really change (not by set_aside and put_back, which undo
+        # themselves), and when a pod there starts or begins to be deleted: what preemption's dry run reads
+        self.row_state = np.zeros(capacity, dtype=np.int64)
 
     def _grow(self, capacity: int | None = None, max_gpus: int | None = None) -> None:
         old = {name: getattr(self, name) for name in (
             "alloc", "used", "present", "ready", "unschedulable", "gpu_count", "gpu_free", "whole_free",
-            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank", "row_version")}
+            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank", "row_version", "row_state")}
         rows = old["present"].shape[0]
         self._allocate(capacity or rows, max_gpus or old["gpu_free"].shape[1])
         for name, array in old.items():
@@ -181,6 +184,7 @@ class Cluster:
             self.gpu_count[row] = facts.gpu_count
             self._rebuild_devices(row)
         self.row_version[row] += 1
+        self.row_state[row] += 1
         return row
 
     def _add_resource(self, resource: str) -> None:
@@ -210,6 +214,7 @@ class Cluster:
         self.whole_free[row] = 0
         self.gpu_used[row] = 0
         self.row_version[row] += 1
+        self.row_state[row] += 1
         self._free_slots.append(row)
         self._ranked = False
         self.labels_version += 1
@@ -384,6 +389,9 @@ class Cluster:
         self._count_labels(row, assignment.pod, sign=-1)
         changed = replace(assignment.pod, labels=labels, app=app, terminating=terminating, started=started,
                           preempted=preempted)
+        if (terminating, started, preempted) != (assignment.pod.terminating, assignment.pod.started,
+                                                 assignment.pod.preempted):
+            self.row_state[row] += 1
         self.assignments[key] = Assignment(changed, row, assignment.devices)
         self._count_labels(row, changed, sign=1)
         return True
@@ -413,6 +421,7 @@ class Cluster:
 
     def _add_requests(self, row: int, pod: PodFacts, sign: int) -> None:
         self.row_version[row] += 1
+        self.row_state[row] += 1
         for resource, amount in pod.requests.items():
             column = self.resources.get(resource)
             if column is not None:

@@ -145,6 +145,9 @@ class Evaluator:
         self.min_percentage = min_percentage  # DefaultPreemptionArgs
         self.min_absolute = min_absolute
         self.statuses: dict[int, str] = {}  # row -> why the last dry run found no victims there
+        # the last shape of pod dry-run (see _dry_run), and per row: the row's state then, its victims or why none
+        self._kept_shape: Any = None
+        self._kept: dict[int, tuple[int, Victims | None, str | None]] = {}
 
     def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None,
                    offset: int = 0, nominees: Sequence[tuple[PodFacts, str]] = (),
@@ -167,16 +170,9 @@ class Evaluator:
         clean: list[Victims] = []
         violating_budgets: list[Victims] = []
         for first in range(0, len(potential), wanted):
-            chunk = potential[first: first + wanted]
-            names = {self.cluster.node(row).name for row in chunk}
-            with reserving(self.cluster, [(n, node) for n, node in nominees if node in names], pod):
-                if _node_local(pod, self.cluster):
-                    by_node = {victims.node: victims for victims in self._victims_at_once(pod, chunk, budgets)}
-                else:
-                    by_node = {victims.node: victims
-                               for row in chunk if (victims := self.select_victims(pod, row, budgets))}
-            for row in chunk:
-                victims = by_node.get(self.cluster.node(row).name)
+            by_row = self._dry_run(pod, potential[first: first + wanted], budgets, nominees)
+            for row in potential[first: first + wanted]:
+                victims = by_row.get(row)
                 if victims is None:
                     continue
                 kept = violating_budgets if victims.pdb_violations else clean
@@ -186,12 +182,46 @@ class Evaluator:
                     return clean + violating_budgets
         return clean + violating_budgets
 
+    def _dry_run(self, pod: PodFacts, rows: list[int], budgets: Sequence[Budget],
+                 nominees: Sequence[tuple[PodFacts, str]]) -> dict[int, Victims]:
+        """SelectVictimsOnNode for each of `rows`, with the pods nominated there added. For a pod whose fit reads
+        only requests and devices, a node's answer is kept for the next pod of the same shape, until that node or
+        its pods change (Cluster.row_state): a burst of like pods walks the same nodes (upstream's own dry run
+        redoes each)."""
+        cluster = self.cluster
+        there = [(nominee, node) for nominee, node in nominees
+                 if node in cluster.index and cluster.index[node] in rows and _counts_against(nominee, pod, cluster)]
+        if not _node_local(pod, cluster):
+            with reserving(cluster, there, pod):
+                return {row: victims for row in rows if (victims := self.select_victims(pod, row, budgets))}
+        shape = _shape(pod, budgets)
+        if shape != self._kept_shape:
+            self._kept, self._kept_shape = {}, shape
+        reserved = {cluster.index[node] for _, node in there}
+        state = cluster.row_state
+        todo = [row for row in rows if row in reserved or shape is None or row not in self._kept
+                or self._kept[row][0] != state[row]]
+        with reserving(cluster, there, pod):
+            found = self._victims_at_once(pod, todo, budgets)
+        if shape is not None:
+            for row in todo:
+                if row not in reserved:
+                    self._kept[row] = (int(state[row]), found.get(row), self.statuses.get(row))
+        for row in rows:
+            if row not in found and row in self._kept and row not in todo:
+                _, victims, status = self._kept[row]
+                if victims is not None:
+                    found[row] = victims
+                elif status is not None:
+                    self.statuses[row] = status
+        return found
+
     def wanted(self, potential: int) -> int:
         """calculateNumCandidates: how many candidates the dry run looks for among `potential` nodes."""
         wanted = max(potential * self.min_percentage // 100, self.min_absolute)
         return min(wanted, potential)
 
-    def _victims_at_once(self, pod: PodFacts, rows: Sequence[int], budgets: Sequence[Budget]) -> list[Victims]:
+    def _victims_at_once(self, pod: PodFacts, rows: Sequence[int], budgets: Sequence[Budget]) -> dict[int, Victims]:
         """SelectVictimsOnNode for many nodes in one pass per step: each node's lower-priority pods set aside
         together (their requests and devices only: `_node_local`), the k-th of each node put back together."""
         cluster = self.cluster
@@ -224,7 +254,7 @@ class Evaluator:
                     victims[row].append(candidate)
                     violations[row] += candidate in split[row][0]
                 cluster.set_aside([aside[row][candidate.identity] for row, candidate in evicted])
-            found = []
+            found = {}
             for row, chosen in victims.items():
                 if not chosen:
                     self.statuses[row] = f'expected at least one victim pod on node "{cluster.node(row).name}"'
@@ -232,7 +262,7 @@ class Evaluator:
                 bad, good = split[row]
                 if bad and good:
                     chosen = more_important_first(chosen)
-                found.append(Victims(cluster.node(row).name, tuple(chosen), violations[row]))
+                found[row] = Victims(cluster.node(row).name, tuple(chosen), violations[row])
             return found
         finally:
             cluster.put_back([assignment for lower in aside.values() for assignment in lower.values()])
@@ -372,6 +402,19 @@ def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str
         with reserving(cluster, [(n, node) for n, node in nominees if node == decision.node], pod):
             decision = dataclasses.replace(decision, devices=framework.devices_for(pod, cluster.index[decision.node]))
     return decision, excluded
+
+
+def _shape(pod: PodFacts, budgets: Sequence[Budget]) -> Any:
+    """What the filters of a pod whose fit reads only requests and devices read of it, and the budgets: pods of
+    one shape have the same victims on a node in the same state. None when it cannot be a key."""
+    shape = (pod.namespace, pod.priority, tuple(sorted(pod.requests.items())), pod.gpus, pod.gpu_milli, pod.model,
+             pod.models, pod.min_gpu_memory_mib, pod.tolerations, tuple(sorted(pod.node_selector.items())),
+             pod.required_terms, pod.spot, pod.problems, pod.unsupported, tuple(budgets))
+    try:
+        hash(shape)
+    except TypeError:
+        return None
+    return shape
 
 
 def _counts_against(nominee: PodFacts, pod: PodFacts, cluster: Any) -> bool:

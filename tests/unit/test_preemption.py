@@ -110,7 +110,7 @@ def test_many_nodes_at_once_choose_the_same_victims_as_one_node_at_a_time():
         urgent = facts(prioritized("urgent", 50, gpus=rng.randint(1, 4)))
         evaluator = preemption.Evaluator(framework)
         rows = list(range(6))
-        at_once = {v.node: v for v in evaluator._victims_at_once(urgent, rows, ())}
+        at_once = {v.node: v for v in evaluator._victims_at_once(urgent, rows, ()).values()}
         one_by_one = {v.node: v for row in rows if (v := evaluator.select_victims(urgent, row))}
         assert at_once == one_by_one
 
@@ -151,3 +151,33 @@ def test_nominated_room_is_kept_as_well_from_a_pod_whose_fit_reads_other_pods():
     decision, excluded = preemption.decide(framework, facts(spread_out), [(urgent, "a")])
     assert decision.node is None and list(excluded) == [framework.cluster.index["a"]]
     assert not framework.cluster.assignments
+
+
+def test_answers_kept_for_pods_of_one_shape_are_those_a_fresh_dry_run_gives():
+    """A burst of like pods preempting one after another: the evaluator that keeps each node's answer until the
+    node changes chooses what a fresh evaluator chooses every time, start times and budgets included."""
+    import random
+    rng = random.Random(3)
+    framework = scheduler(*(node(f"n{i}", gpus=4) for i in range(12)))
+    for i in range(12):
+        for j, gpus in enumerate(rng.choice([[2, 2], [2, 1, 1], [1, 1, 1, 1]])):
+            placed(framework, prioritized(f"p{i}-{j}", rng.choice([1, 2]), gpus=gpus, node_name=f"n{i}",
+                                          labels={"app": rng.choice(["a", "b"])}))
+    budget = preemption.Budget.of({"metadata": {"namespace": "ns"}, "spec": {"selector": {"matchLabels": {"app": "a"}}},
+                                   "status": {"disruptionsAllowed": 1}})
+    keeping = preemption.Evaluator(framework, min_percentage=50, min_absolute=3)
+    for k in range(8):
+        urgent = facts(prioritized(f"urgent-{k}", 10, gpus=2))
+        fresh = preemption.Evaluator(framework, min_percentage=50, min_absolute=3)
+        expected = fresh.preempt(urgent, [budget], offset=k * 5)
+        assert keeping.preempt(urgent, [budget], offset=k * 5) == expected
+        if k == 3:  # a pod starts: the order of reprieves on its node changes
+            victim = next(iter(framework.cluster.assignments.values())).pod
+            framework.cluster.relabel(victim.identity, labels=victim.labels, app=victim.app, terminating=False,
+                                      started="2026-01-01T00:00:00Z", preempted=False)
+        if isinstance(expected, preemption.Victims):
+            for victim in expected.pods:
+                framework.cluster.unassign(victim.identity)
+            decision = framework.decide(urgent)
+            framework.cluster.assign(urgent, decision.node, decision.devices)
+    assert keeping._kept  # it did keep answers
