@@ -148,6 +148,7 @@ class Evaluator:
         # the last shape of pod dry-run (see _dry_run), and per row: the row's state then, its victims or why none
         self._kept_shape: Any = None
         self._kept: dict[int, tuple[int, Victims | None, str | None]] = {}
+        self._stranded: dict[tuple[Any, ...], int] = {}  # see stranded: by node and its state, victims, pod's GPUs
 
     def candidates(self, pod: PodFacts, budgets: Sequence[Budget] = (), rows: Iterable[int] | None = None,
                    offset: int = 0, nominees: Sequence[tuple[PodFacts, str]] = (),
@@ -311,6 +312,16 @@ class Evaluator:
         the victims in place."""
         cluster = self.cluster
         row = cluster.index[victims.node]
+        key = (row, int(cluster.row_state[row]), tuple(victim.identity for victim in victims.pods), pod.gpus,
+               pod.gpu_milli, self.framework.scheduling.gpu_policy)
+        if key not in self._stranded:
+            if len(self._stranded) > 100_000:
+                self._stranded.clear()
+            self._stranded[key] = self._stranded_now(pod, row, victims)
+        return self._stranded[key]
+
+    def _stranded_now(self, pod: PodFacts, row: int, victims: Victims) -> int:
+        cluster = self.cluster
         before = cluster.gpu_free[row, : cluster.gpu_count[row]].copy()
         now = stranded_of(before)
         for victim in victims.pods:
@@ -432,19 +443,27 @@ def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFa
     terminate; the requests it adds keep the rest. Taken away again afterwards. For a pod whose fit reads only
     requests and devices (`_node_local`), only those of the nominated pods are added (Cluster.put_back)."""
     restored: list[str] = []
-    light: list[Any] = []
+    light: list[Any] = []  # put back, to be set aside again
+    pending: dict[int, Any] = {}  # row -> a light reservation not put back yet
+
+    def put_back() -> None:
+        cluster.put_back(list(pending.values()))
+        light.extend(pending.values())
+        pending.clear()
+
     try:
         for nominee, node in nominees:
             row = cluster.index.get(node)
             if row is None or not _counts_against(nominee, pod, cluster):
                 continue
             if _node_local(pod, cluster):
-                reserved = Assignment(nominee, row, cluster.first_fit(row, nominee))
-                cluster.put_back([reserved])
-                light.append(reserved)
+                if row in pending:  # its devices depend on those of the one before it there
+                    put_back()
+                pending[row] = Assignment(nominee, row, cluster.first_fit(row, nominee))
             else:
                 cluster.restore(dataclasses.replace(nominee, node_name=node, devices=None))
                 restored.append(nominee.identity)
+        put_back()
         yield
     finally:
         cluster.set_aside(light)
