@@ -389,9 +389,9 @@ class Cluster:
         self._count_labels(row, assignment.pod, sign=-1)
         changed = replace(assignment.pod, labels=labels, app=app, terminating=terminating, started=started,
                           preempted=preempted)
-        if (terminating, started, preempted) != (assignment.pod.terminating, assignment.pod.started,
-                                                 assignment.pod.preempted):
-            self.row_state[row] += 1
+        if (labels, terminating, started, preempted) != (assignment.pod.labels, assignment.pod.terminating,
+                                                         assignment.pod.started, assignment.pod.preempted):
+            self.row_state[row] += 1  # which budgets select it, its deletion, its start: read by preemption
         self.assignments[key] = Assignment(changed, row, assignment.devices)
         self._count_labels(row, changed, sign=1)
         return True
