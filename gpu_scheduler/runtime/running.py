@@ -296,6 +296,9 @@ class LiveScheduler:
         the room nominated to pods of its priority or higher kept (`excluded`: rows it fits only without them)."""
         facts = dataclasses.replace(pending.facts, nominated_node=self.model.nominated.get(pending.uid)
                                     or pending.facts.nominated_node)
+        if facts.problems or facts.unsupported:  # no node was looked at: nothing for preemption to weigh
+            self._report_unschedulable(pending, reason)
+            return
         metrics.PREEMPTION_ATTEMPTS.inc()
         outcome = self.preemptor.preempt(facts, list(self.model.budgets.values()),
                                          offset=int(self.framework.rng.integers(1 << 30)),

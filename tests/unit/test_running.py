@@ -459,3 +459,19 @@ def test_a_preemptor_placed_elsewhere_releases_the_room_it_was_nominated(schedul
     live._handle(("pod", "ADDED", prioritized(pending("other", gpus=1), 10)))
     live._schedule("uid-other")
     assert accounted(live)["ns/other"] == "a" and not live.model.nominees()
+
+
+def test_a_pod_no_node_was_looked_at_for_is_told_why_without_a_word_of_preemption(scheduler, monkeypatch):
+    writes: list[Any] = []
+    monkeypatch.setattr(running.rawapi, "request", lambda api, method, path, body, **_: writes.append(body) or b"{}")
+    live = scheduler
+    live._handle(("node", "ADDED", node("a", gpus=1)))
+    held = prioritized(pending("held", gpus=1), 100)
+    held["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+    live._handle(("pod", "ADDED", held))
+    before = running.metrics.PREEMPTION_ATTEMPTS._value.get()
+    live._schedule("uid-held")
+    live.reporter.submit(lambda: None).result(timeout=5)
+    message = next(body["status"]["conditions"][0]["message"] for body in writes if "status" in body)
+    assert message == running.pods.unsupported_reason(("spec.resourceClaims",))
+    assert running.metrics.PREEMPTION_ATTEMPTS._value.get() == before
