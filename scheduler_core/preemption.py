@@ -136,7 +136,7 @@ def violating(pods: Sequence[PodFacts], budgets: Sequence[Budget]) -> tuple[list
 
 
 class Evaluator:
-    """Preemption over one framework's model. `fits(pod, row)` runs every filter for the pod on one node."""
+    """Preemption over one framework's model (its filters decide whether the pod fits a node with pods gone)."""
 
     def __init__(self, framework: Any, *, min_percentage: int = MIN_CANDIDATES_PERCENTAGE,
                  min_absolute: int = MIN_CANDIDATES_ABSOLUTE):
@@ -208,8 +208,9 @@ class Evaluator:
             for row in todo:
                 if row not in reserved:
                     self._kept[row] = (int(state[row]), found.get(row), self.statuses.get(row))
+        done = set(todo)
         for row in rows:
-            if row not in found and row in self._kept and row not in todo:
+            if row not in found and row in self._kept and row not in done:
                 _, victims, status = self._kept[row]
                 if victims is not None:
                     found[row] = victims
