@@ -191,7 +191,7 @@ class Evaluator:
         redoes each)."""
         cluster = self.cluster
         there = [(nominee, node) for nominee, node in nominees
-                 if node in cluster.index and cluster.index[node] in rows and _counts_against(nominee, pod, cluster)]
+                 if _counts_against(nominee, node, pod, cluster) and cluster.index[node] in rows]
         if not _node_local(pod, cluster):
             with reserving(cluster, there, pod):
                 return {row: victims for row in rows if (victims := self.select_victims(pod, row, budgets))}
@@ -399,7 +399,7 @@ def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str
     upstream's, at the cost of one more decision only when the best node is a nominated one."""
     cluster = framework.cluster
     decision = framework.decide(pod)
-    nominated = {node for nominee, node in nominees if _counts_against(nominee, pod, cluster)}
+    nominated = {node for nominee, node in nominees if _counts_against(nominee, node, pod, cluster)}
     if decision.node is None or decision.node not in nominated:
         return decision, {}
     with reserving(cluster, nominees, pod):
@@ -429,10 +429,10 @@ def _shape(pod: PodFacts, budgets: Sequence[Budget]) -> Any:
     return shape
 
 
-def _counts_against(nominee: PodFacts, pod: PodFacts, cluster: Any) -> bool:
+def _counts_against(nominee: PodFacts, node: str, pod: PodFacts, cluster: Any) -> bool:
     """Whether a nominated pod's room is kept from `pod`: another pod, of its priority or higher, nominated to a
-    node the model holds, and not placed yet."""
-    return (nominee.identity != pod.identity and nominee.priority >= pod.priority
+    node the model holds (a nomination may outlive its node), and not placed yet."""
+    return (nominee.identity != pod.identity and nominee.priority >= pod.priority and node in cluster.index
             and nominee.identity not in cluster.assignments)
 
 
@@ -454,9 +454,9 @@ def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFa
 
     try:
         for nominee, node in nominees:
-            row = cluster.index.get(node)
-            if row is None or not _counts_against(nominee, pod, cluster):
+            if not _counts_against(nominee, node, pod, cluster):
                 continue
+            row = cluster.index[node]
             if _node_local(pod, cluster):
                 if row in pending:  # its devices depend on those of the one before it there
                     put_back()

@@ -181,3 +181,13 @@ def test_answers_kept_for_pods_of_one_shape_are_those_a_fresh_dry_run_gives():
             decision = framework.decide(urgent)
             framework.cluster.assign(urgent, decision.node, decision.devices)
     assert keeping._kept  # it did keep answers
+
+
+def test_a_nomination_to_a_node_that_is_gone_keeps_nothing_and_breaks_nothing():
+    framework = scheduler(node("a", gpus=2))
+    gone = facts(prioritized("urgent-gone", 100, gpus=2))
+    waiting = facts(prioritized("urgent-a", 100, gpus=2))
+    low = facts(prioritized("low", 10, gpus=1))
+    assert preemption.decide(framework, low, [(gone, "c")])[0].node == "a"
+    decision, excluded = preemption.decide(framework, low, [(gone, "c"), (waiting, "a")])
+    assert decision.node is None and list(excluded) == [framework.cluster.index["a"]]
