@@ -154,15 +154,21 @@ class Framework:
         """For every row, whether every pre-filter and filter lets `pod` onto its node as the model is now."""
         cluster = self.cluster
         alive = cluster.present[: cluster.size].copy()
-        if pod.problems or pod.unsupported:
-            return np.zeros_like(alive)
-        cycle = self._cycle(pod)
-        if _pre_filtered(cycle) is not None:
+        cycle = self._filtering(pod)
+        if cycle is None:
             return np.zeros_like(alive)
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)
         return alive
+
+    def _filtering(self, pod: PodFacts) -> plugins.Cycle | None:
+        """The cycle to run `pod`'s filters in, or None when no node can take it whatever its filters say (its spec
+        has problems or constraints the core cannot evaluate, or a pre-filter rejects it)."""
+        if pod.problems or pod.unsupported:
+            return None
+        cycle = self._cycle(pod)
+        return cycle if _pre_filtered(cycle) is None else None
 
     def first_rejections(self, pod: PodFacts, rows: list[int]) -> dict[int, str]:
         """For each of `rows` that rejects `pod`, the reason of the first filter that does (as the model is now)."""
@@ -186,10 +192,8 @@ class Framework:
         """The rows that reject `pod` now, each first for a reason evicting pods may cure
         (plugins.RESOLVABLE_BY_PREEMPTION): preemption's potential nodes."""
         cluster = self.cluster
-        if pod.problems or pod.unsupported:
-            return np.zeros(0, dtype=np.int64)
-        cycle = self._cycle(pod)
-        if _pre_filtered(cycle) is not None:
+        cycle = self._filtering(pod)
+        if cycle is None:
             return np.zeros(0, dtype=np.int64)
         alive = cluster.present[: cluster.size].copy()
         potential = np.zeros_like(alive)

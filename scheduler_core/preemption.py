@@ -363,14 +363,17 @@ class Evaluator:
         return next(v for v in remaining if earliest_start(v) == latest)
 
     def preempt(self, pod: PodFacts, budgets: Sequence[Budget] = (), *, offset: int = 0,
-                nominated_unresolvable: bool = False, nominees: Sequence[tuple[PodFacts, str]] = (),
-                also: Iterable[int] = ()) -> Victims | str:
+                nominees: Sequence[tuple[PodFacts, str]] = (), also: Iterable[int] = ()) -> Victims | str:
         """The node to free for `pod` and its victims, or why there is none (upstream's words: NEVER or TERMINATING
         when the pod may not preempt now, else the nodes counted by why none is a candidate)."""
-        reason = eligible(pod, self.cluster, nominated_unresolvable=nominated_unresolvable)
+        potential = self.framework.preemptible_rows(pod) if not pod.never_preempts else np.zeros(0, dtype=np.int64)
+        # a nominated node gone, or rejecting the pod for a reason no eviction cures, is no reason to wait for it
+        row = self.cluster.index.get(pod.nominated_node or "")
+        unresolvable = bool(pod.nominated_node) and (row is None or row not in set(potential.tolist()))
+        reason = eligible(pod, self.cluster, nominated_unresolvable=unresolvable)
         if reason is not None:
             return reason
-        chosen = self.pick(self.candidates(pod, budgets, offset=offset, nominees=nominees, also=also), pod)
+        chosen = self.pick(self.candidates(pod, budgets, potential, offset=offset, nominees=nominees, also=also), pod)
         return chosen if chosen is not None else self.none_found()
 
     def none_found(self) -> str:
@@ -452,12 +455,13 @@ def reserving(cluster: Any, nominees: Iterable[tuple[PodFacts, str]], pod: PodFa
         light.extend(pending.values())
         pending.clear()
 
+    light_only = _node_local(pod, cluster)
     try:
         for nominee, node in nominees:
             if not _counts_against(nominee, node, pod, cluster):
                 continue
             row = cluster.index[node]
-            if _node_local(pod, cluster):
+            if light_only:
                 if row in pending:  # its devices depend on those of the one before it there
                     put_back()
                 pending[row] = Assignment(nominee, row, cluster.first_fit(row, nominee))

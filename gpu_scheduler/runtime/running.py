@@ -301,9 +301,8 @@ class LiveScheduler:
             return
         metrics.PREEMPTION_ATTEMPTS.inc()
         outcome = self.preemptor.preempt(facts, list(self.model.budgets.values()),
-                                         offset=int(self.framework.rng.integers(1 << 30)),
-                                         nominated_unresolvable=self._nominated_unresolvable(facts),
-                                         nominees=nominees, also=excluded)
+                                         offset=int(self.framework.rng.integers(1 << 30)), nominees=nominees,
+                                         also=excluded)
         if outcome in (preemption.NEVER, preemption.TERMINATING):  # not eligible: a nomination stands
             self._report_unschedulable(pending, f"{reason} preemption: {outcome}")
             return
@@ -326,13 +325,6 @@ class LiveScheduler:
         self.reported[pending.uid] = (reason, time.monotonic())
         self.evictor.submit(self._carry_out, pending, reason, outcome,
                              [self.model.pending[n.identity] for n, _ in cleared if n.identity in self.model.pending])
-
-    def _nominated_unresolvable(self, facts: Any) -> bool:
-        """Whether the pod's nominated node rejects it for a reason no eviction cures (or is gone)."""
-        if not facts.nominated_node:
-            return False
-        row = self.model.cluster.index.get(facts.nominated_node)
-        return row is None or row not in set(self.framework.preemptible_rows(facts).tolist())
 
     def _still_preempting(self, uid: str) -> bool:
         """Whether the pod's last preemption is still under way: its API calls in flight, or a victim the watch
@@ -374,9 +366,8 @@ class LiveScheduler:
                      "lastTransitionTime": _timestamp()}
         try:
             # the uid in the patch makes it fail on another pod of the victim's name (422: uid is immutable)
-            rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status",
-                           {"metadata": {"uid": victim.identity}, "status": {"conditions": [condition]}},
-                           content_type=rawapi.STRATEGIC_MERGE_PATCH)
+            self._patch_status(namespace, name, {"metadata": {"uid": victim.identity},
+                                                 "status": {"conditions": [condition]}})
             rawapi.request(self.api, "DELETE", _pod_path(namespace, name),
                            {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": victim.identity}})
         except ApiException as err:
@@ -400,8 +391,10 @@ class LiveScheduler:
         self._still_preempting(uid)
 
     def _write_nomination(self, pending: watched.PendingPod, node: str | None) -> None:
-        rawapi.request(self.api, "PATCH", f"{_pod_path(pending.namespace, pending.name)}/status",
-                       {"status": {"nominatedNodeName": node}},
+        self._patch_status(pending.namespace, pending.name, {"status": {"nominatedNodeName": node}})
+
+    def _patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        rawapi.request(self.api, "PATCH", f"{_pod_path(namespace, name)}/status", patch,
                        content_type=rawapi.STRATEGIC_MERGE_PATCH)
 
     # --- binding --------------------------------------------------------------------------------
@@ -574,8 +567,7 @@ class LiveScheduler:
         status: dict[str, Any] = {"conditions": [condition]}
         if nominate is not None:
             status["nominatedNodeName"] = nominate or None
-        rawapi.request(self.api, "PATCH", f"{_pod_path(pending.namespace, pending.name)}/status",
-                       {"status": status}, content_type=rawapi.STRATEGIC_MERGE_PATCH)
+        self._patch_status(pending.namespace, pending.name, {"status": status})
         self._record_event(pending, "Warning", "FailedScheduling", message)
 
     def _record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:

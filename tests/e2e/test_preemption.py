@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
 from tests.e2e.scheduling import DEVICES, GPU, MILLI, start_scheduler
+from tests.e2e.standins import Poller
 
 SUFFIX = uuid.uuid4().hex[:5]
 SCHEDULER = f"preempt-{SUFFIX}"
@@ -38,34 +39,22 @@ def class_name(level: str) -> str:
     return f"{level}-{SUFFIX}"
 
 
-class Kubelet:
+class Kubelet(Poller):
     """Finishes the deletion of the namespace's Terminating pods (grace period 0), unless paused."""
 
+    name = "e2e-kubelet"
+
     def __init__(self, api: Any):
+        super().__init__()
         self.core: Any = client.CoreV1Api(api)
         self.running = threading.Event()
         self.running.set()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True, name="e2e-kubelet")
 
-    def start(self) -> Kubelet:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-
-    def _run(self) -> None:
-        while not self.stopped.wait(0.2):
-            if not self.running.is_set():
-                continue
-            try:
-                for pod in self.core.list_namespaced_pod(NAMESPACE).items:
-                    if pod.metadata.deletion_timestamp is not None:
-                        self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-            except ApiException:
-                continue
+    def poll(self) -> None:
+        if self.running.is_set():
+            for pod in self.core.list_namespaced_pod(NAMESPACE).items:
+                if pod.metadata.deletion_timestamp is not None:
+                    self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,17 @@ external provisioner reports it, by taking the annotation away, so the scheduler
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
 from tests.e2e.scheduling import start_scheduler
+from tests.e2e.standins import Poller
 
 SUFFIX = uuid.uuid4().hex[:5]
 SCHEDULERS = {"ours": f"vol-ours-{SUFFIX}", "kube": f"vol-kube-{SUFFIX}"}
@@ -31,31 +30,20 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ZONE = "topology.kubernetes.io/zone"
 
 
-class Provisioner:
-    """The external provisioner of DRIVER, as a thread polling the claims of the classes it serves."""
+class Provisioner(Poller):
+    """The external provisioner of DRIVER, polling the claims of the classes it serves."""
+
+    name = "e2e-provisioner"
 
     def __init__(self, api: Any):
+        super().__init__()
         self.core: Any = client.CoreV1Api(api)
-        self.stopped = threading.Event()
         self.failed_once: set[str] = set()
         self.provisioned: dict[str, str] = {}  # claim uid -> zone
-        self.thread = threading.Thread(target=self._run, daemon=True, name="e2e-provisioner")
 
-    def start(self) -> Provisioner:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-
-    def _run(self) -> None:
-        while not self.stopped.wait(0.2):
-            try:
-                for claim in self.core.list_persistent_volume_claim_for_all_namespaces().items:
-                    self._serve(claim)
-            except ApiException:
-                continue
+    def poll(self) -> None:
+        for claim in self.core.list_persistent_volume_claim_for_all_namespaces().items:
+            self._serve(claim)
 
     def _serve(self, claim: Any) -> None:
         node = (claim.metadata.annotations or {}).get(SELECTED_NODE)
