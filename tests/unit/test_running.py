@@ -397,8 +397,9 @@ def test_a_preemption_nominates_marks_and_deletes_its_victims_once_and_keeps_the
     live._handle(event)
     writes = [(method, path.rsplit("/pods/", 1)[-1]) for method, path, _ in calls if "/events" not in path]
     assert writes == [("PATCH", "urgent/status"), ("PATCH", "low/status"), ("DELETE", "low")]
-    assert calls[0][2]["status"]["nominatedNodeName"] == "a"
-    condition = calls[2 if "/events" in calls[1][1] else 1][2]["status"]["conditions"][0]
+    nomination, disruption = [body for method, path, body in calls if method == "PATCH" and "/events" not in path]
+    assert nomination["status"]["nominatedNodeName"] == "a"
+    condition = disruption["status"]["conditions"][0]
     assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionByScheduler")
     delete = next(body for method, _, body in calls if method == "DELETE")
     assert delete["preconditions"] == {"uid": "uid-low"}
