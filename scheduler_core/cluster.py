@@ -17,6 +17,7 @@ import numpy as np
 
 from scheduler_core import fields, podaffinity, spread, volumes
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
+from scheduler_core.podgroups import GroupRef
 from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
@@ -64,6 +65,7 @@ class Cluster:
         self.assignments: dict[str, Assignment] = {}  # by PodFacts.identity: the UID, else namespace/name
         self._cells: dict[str, tuple[Mapping[str, int], list[int], list[int]]] = {}  # see _request_cells
         self.node_pods: defaultdict[int, set[str]] = defaultdict(set)
+        self.group_pods: defaultdict[GroupRef, set[str]] = defaultdict(set)  # placed members of each pod group
         self.app_on_node: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.app_in_zone: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self.zones: dict[str, int] = {}
@@ -319,6 +321,11 @@ class Cluster:
         self._add_requests(row, pod, sign=-1)
         self._take_devices(row, assignment.devices, sign=-1)
         self.node_pods[row].discard(key)
+        if pod.group is not None:
+            members = self.group_pods[pod.group]
+            members.discard(key)
+            if not members:
+                del self.group_pods[pod.group]
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
         if pod.volumes:
@@ -413,6 +420,8 @@ class Cluster:
         self._take_devices(row, devices, sign=1)
         self.assignments[pod.identity] = Assignment(pod, row, devices)
         self.node_pods[row].add(pod.identity)
+        if pod.group is not None:
+            self.group_pods[pod.group].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
         if pod.volumes:

@@ -57,12 +57,14 @@ class Framework:
             if scheduling.weight_of(name) > 0
         ]
 
-    def decide(self, pod: PodFacts, *, explain: bool = False, excluded: Mapping[int, str] | None = None) -> Decision:
+    def decide(self, pod: PodFacts, *, explain: bool = False, excluded: Mapping[int, str] | None = None,
+               within: np.ndarray | None = None) -> Decision:
         """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing.
 
         A pod with constraints the core cannot evaluate (PodFacts.unsupported) gets no node, so it is
         never bound where kube-scheduler would not bind it. The rows in `excluded` are left out, each counted
-        under the reason given (a node that fits only without the pods nominated to it)."""
+        under the reason given (a node that fits only without the pods nominated to it); given `within` (a mask
+        over the rows), only its rows are candidates (a gang tried in one topology domain)."""
         if pod.problems or pod.unsupported:
             reasons = [*pod.problems, *([pods.unsupported_reason(pod.unsupported)] if pod.unsupported else [])]
             return Decision(pod.key, None, reason="; ".join(reasons))
@@ -77,6 +79,8 @@ class Framework:
         alive = cluster.present[: cluster.size].copy()
         if excluded:
             alive[list(excluded)] = False
+        if within is not None:
+            alive &= within[: cluster.size]
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)  # alive and not rejected

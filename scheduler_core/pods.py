@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from scheduler_core import fields, podaffinity, predicates, quantity, requests, spread, volumes
+from scheduler_core import fields, podaffinity, podgroups, predicates, quantity, requests, spread, volumes
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -98,6 +98,7 @@ class PodFacts:
     nominated_node: str | None = None  # status.nominatedNodeName: where a preemption made room for it
     preempted: bool = False  # being deleted by a scheduler's preemption (DisruptionTarget, PreemptionByScheduler)
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
+    group: podgroups.GroupRef | None = None  # the pod group it is a member of (scheduler_core.podgroups)
 
     @property
     def namespace(self) -> str:
@@ -161,6 +162,9 @@ def parse(
     preferred_terms, preferred_problem = _preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
     node_name = spec.get("nodeName")
     devices, devices_from, devices_problem = _assigned_devices(pod)
+    group, group_problem = podgroups.membership(pod)
+    if group_problem:
+        problems.append(group_problem)
     return PodFacts(
         key=key,
         uid=str(metadata.get("uid") or ""),
@@ -200,6 +204,7 @@ def parse(
         never_preempts=spec.get("preemptionPolicy") == "Never",
         nominated_node=str(status.get("nominatedNodeName") or "") or None,
         preempted=preempted_of(metadata, status),
+        group=group,
     )
 
 
