@@ -42,6 +42,8 @@ from urllib3.exceptions import HTTPError
 log = logging.getLogger(__name__)
 
 GONE = 410
+NOT_FOUND = 404
+ABSENT_RETRY = 30.0  # seconds between lists of an optional kind the API does not serve
 INITIAL_BACKOFF = 0.2
 
 FAILURES = Counter(
@@ -79,6 +81,7 @@ class Reflector:
         watch_seconds: int = 240,
         request_timeout: float = 10.0,
         max_backoff: float = 10.0,
+        optional: bool = False,
     ):
         self.name = name
         self._list_call = list_call
@@ -88,6 +91,8 @@ class Reflector:
         self._watch_seconds = watch_seconds
         self._request_timeout = request_timeout
         self._max_backoff = max_backoff
+        self.optional = optional  # a kind that may not be served (a CRD not installed): 404 is an empty list
+        self.absent = False  # the kind was not served at the last list
         self._stopped = threading.Event()
         self._response: Any = None  # the open watch response, shut down by stop()
         self._down_since: float | None = time.monotonic()
@@ -156,8 +161,14 @@ class Reflector:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _list(self) -> str:
-        response = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout,
-                                   _preload_content=False)
+        try:
+            response = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout,
+                                       _preload_content=False)
+        except ApiException as err:
+            if not (self.optional and err.status == NOT_FOUND):
+                raise
+            return self._not_served()
+        self.absent = False
         try:
             listing = json.loads(response.data)
         finally:
@@ -166,6 +177,30 @@ class Reflector:
         self._on_replace(list(listing.get("items") or []))
         self.synced.set()
         return resource_version
+
+    def _not_served(self) -> str:
+        """An optional kind the API does not serve (its CRD is not installed): no objects, and a fresh list every
+        ABSENT_RETRY seconds, until it is served or the reflector is stopped. Healthy meanwhile."""
+        if not self.absent:
+            log.info("%s: not served by the API (is its CRD installed?); none assumed, looking again every %.0fs",
+                     self.name, ABSENT_RETRY)
+            self._on_replace([])
+        self.absent = True
+        self._down_since = None
+        self.synced.set()
+        while not self._stopped.wait(ABSENT_RETRY):
+            try:
+                response = self._list_call(**self._list_kwargs, _request_timeout=self._request_timeout,
+                                           _preload_content=False)
+            except ApiException as err:
+                if err.status == NOT_FOUND:
+                    continue
+                raise
+            response.close()
+            response.release_conn()
+            log.info("%s: now served by the API; listing", self.name)
+            return self._list()
+        raise WatchError("stopped")
 
     def _watch_from(self, resource_version: str) -> None:
         """Watch until stopped; each normal end of a watch request is followed by the next one."""
@@ -247,11 +282,14 @@ class ClusterWatches:
                    on_storage_list: Callable[[str, list[Any]], None] | None = None,
                    on_storage: Callable[[str, str, Any], None] | None = None, policy: Any = None,
                    on_budgets: Callable[[list[Any]], None] | None = None,
-                   on_budget: Callable[[str, Any], None] | None = None) -> ClusterWatches:
+                   on_budget: Callable[[str, Any], None] | None = None, custom: Any = None,
+                   group_apis: Iterable[str] = (), on_groups: Callable[[str, list[Any]], None] | None = None,
+                   on_group: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
         """Given `apps` (an AppsV1Api) and the selector callbacks, which take the object's kind first, the
         selector watches too; given `storage` (a StorageV1Api) and the storage callbacks, the watches of the
         objects the volume plugins read (scheduler_core.volumes.KINDS); given `policy` (a PolicyV1Api) and the
-        budget callbacks, the PodDisruptionBudgets preemption reads."""
+        budget callbacks, the PodDisruptionBudgets preemption reads; given `custom` (a CustomObjectsApi), the
+        PodGroups of each of `group_apis` (`group/version`), where served, with callbacks that take the API first."""
         reflectors = [
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
@@ -277,6 +315,13 @@ class ClusterWatches:
         if policy is not None and on_budgets is not None and on_budget is not None:
             reflectors.append(Reflector(policy.list_pod_disruption_budget_for_all_namespaces,
                                         name="PodDisruptionBudgets", on_replace=on_budgets, on_event=on_budget))
+        if custom is not None and on_groups is not None and on_group is not None:
+            for api in group_apis:
+                group, _, version = api.partition("/")
+                reflectors.append(Reflector(
+                    functools.partial(custom.list_cluster_custom_object, group, version, "podgroups"),
+                    name=f"PodGroups {api}", on_replace=functools.partial(on_groups, api),
+                    on_event=functools.partial(on_group, api), optional=True))
         return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:

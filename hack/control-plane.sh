@@ -7,7 +7,8 @@
 # binaries live in a cache directory.
 #
 #   hack/control-plane.sh build      build unless the cache already holds this exact set; also fetch the
-#                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test
+#                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test,
+#                                    and scheduler-plugins' coscheduling PodGroup CRD for the gang tests
 #   hack/control-plane.sh path       print the bin directory
 #   hack/control-plane.sh versions   print each binary's version
 #
@@ -16,6 +17,7 @@
 #   GPU_SCHEDULER_KUBERNETES_VERSION  k8s.io/kubernetes version (default v1.36.3)
 #   GPU_SCHEDULER_ETCD_VERSION        go.etcd.io/etcd/server/v3 version (default v3.6.16)
 #   GPU_SCHEDULER_CERT_MANAGER_VERSION  github.com/cert-manager/cert-manager version for the CRDs (default v1.21.2)
+#   GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION  sigs.k8s.io/scheduler-plugins version for the PodGroup CRD (v0.34.7)
 #   GPU_SCHEDULER_GOTOOLCHAIN         toolchain to fetch when the machine's Go is too old (default go1.27.3)
 #   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again
 #   GPU_SCHEDULER_BUILD_HEARTBEAT     seconds between "still building" lines (default 30)
@@ -35,12 +37,14 @@ KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
 KUSTOMIZE_VERSION=v5.5.0
 ETCD_VERSION="${GPU_SCHEDULER_ETCD_VERSION:-v3.6.16}"
 CERT_MANAGER_VERSION="${GPU_SCHEDULER_CERT_MANAGER_VERSION:-v1.21.2}"
+SCHEDULER_PLUGINS_VERSION="${GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION:-v0.34.7}"
 FALLBACK_TOOLCHAIN="${GPU_SCHEDULER_GOTOOLCHAIN:-go1.27.3}"
 OUT_DIR="${GPU_SCHEDULER_CONTROL_PLANE_DIR:-$HOME/.cache/gpu-scheduler/control-plane/$KUBE_VERSION}"
 BIN_DIR="$OUT_DIR/bin"
 WORK_DIR="$OUT_DIR/build"
 STAMP="$OUT_DIR/.stamp"
 CRD_DIR="$OUT_DIR/crds/cert-manager"
+COSCHEDULING_CRD_DIR="$OUT_DIR/crds/coscheduling"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl "kustomize-$KUSTOMIZE_VERSION")
 
 # "v1.36.3" -> major 1, minor 36, staging modules v0.36.3
@@ -285,8 +289,26 @@ fetch_cert_manager_crds() {
     log "cert-manager $CERT_MANAGER_VERSION CRDs in $CRD_DIR"
 }
 
+# scheduler-plugins' coscheduling CRD (PodGroup, scheduling.x-k8s.io/v1alpha1), which Kubeflow's operators emit
+# groups for: the gang tests install it on the real apiserver.
+fetch_coscheduling_crd() {
+    [[ "$(cat "$COSCHEDULING_CRD_DIR/.version" 2>/dev/null)" != "$SCHEDULER_PLUGINS_VERSION" ]] || return 0
+    step "find the Go toolchain"
+    GO_BIN="$(find_go)" || fail "no go command found (set GO=/path/to/go)"
+    step "download sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION (its PodGroup CRD)"
+    GOFLAGS=-modcacherw download_module sigs.k8s.io/scheduler-plugins "$SCHEDULER_PLUGINS_VERSION"
+    [[ -f "$MODULE_DIR/manifests/coscheduling/crd.yaml" ]] ||
+        fail "no manifests/coscheduling/crd.yaml in sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION"
+    mkdir -p "$COSCHEDULING_CRD_DIR"
+    cp "$MODULE_DIR/manifests/coscheduling/crd.yaml" "$COSCHEDULING_CRD_DIR/crd.yaml"
+    chmod u+w "$COSCHEDULING_CRD_DIR/crd.yaml"
+    echo "$SCHEDULER_PLUGINS_VERSION" >"$COSCHEDULING_CRD_DIR/.version"
+    log "scheduler-plugins $SCHEDULER_PLUGINS_VERSION coscheduling CRD in $COSCHEDULING_CRD_DIR"
+}
+
 cmd_build() {
     fetch_cert_manager_crds
+    fetch_coscheduling_crd
     if [[ "${GPU_SCHEDULER_REBUILD:-0}" != 1 ]] && all_binaries_present &&
         [[ "$(cat "$STAMP" 2>/dev/null)" == "$(stamp_text)" ]]; then
         log "control plane already built in $BIN_DIR ($(stamp_text)): skipping the build"

@@ -65,6 +65,8 @@ class PodGroup:
     topology_keys: tuple[str, ...] = ()  # Workload API: every member in one domain of each key
     uid: str = ""
     generation: int = 0
+    scheduled: bool = False  # Workload API: its PodGroupScheduled condition is True
+    phase: str | None = None  # coscheduling and Volcano: status.phase
 
     @classmethod
     def of(cls, api: str, obj: Mapping[str, Any]) -> PodGroup:
@@ -74,6 +76,7 @@ class PodGroup:
         spec = fields.mapping(obj.get("spec"))
         ref = GroupRef(api, str(metadata.get("namespace") or "default"), str(metadata.get("name") or ""))
         uid, generation = str(metadata.get("uid") or ""), _integer(metadata.get("generation"), 0)
+        status = fields.mapping(obj.get("status"))
         if api == WORKLOAD:
             policy = fields.mapping(spec.get("schedulingPolicy"))
             gang = policy.get("gang")
@@ -82,10 +85,15 @@ class PodGroup:
             constraints = fields.mapping(spec.get("schedulingConstraints"))
             keys = tuple(str(fields.mapping(term).get("key") or "")
                          for term in fields.sequence(constraints.get("topology")))
-            return cls(ref, min_member, gang is not None, DEFAULT_TIMEOUT_SECONDS[api], {}, keys, uid, generation)
+            scheduled = any(fields.mapping(c).get("type") == PODGROUP_SCHEDULED and fields.mapping(c).get("status")
+                            == "True" for c in fields.sequence(status.get("conditions")))
+            return cls(ref, min_member, gang is not None, DEFAULT_TIMEOUT_SECONDS[api], {}, keys, uid, generation,
+                       scheduled=scheduled)
         min_member = _count(spec.get("minMember", 1), "spec.minMember")
+        phase = status.get("phase")
         return cls(ref, min_member, True, _timeout(api, spec.get("scheduleTimeoutSeconds")),
-                   _resources(spec.get("minResources")), (), uid, generation)
+                   _resources(spec.get("minResources")), (), uid, generation,
+                   phase=phase if isinstance(phase, str) and phase else None)
 
 
 def membership(obj: Mapping[str, Any]) -> tuple[GroupRef | None, str | None]:

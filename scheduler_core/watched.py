@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core import cluster, fields, nodes, pods, preemption, profile, spread, warmup
+from scheduler_core import cluster, fields, nodes, podgroups, pods, preemption, profile, spread, warmup
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ class WatchedCluster:
         # uid -> node: where a preemption made room for a pending pod (status.nominatedNodeName, or ours before the
         # API shows it); entries of pods no longer pending are dropped as `nominees` meets them
         self.nominated: dict[str, str] = {}
+        self.groups: dict[podgroups.GroupRef, podgroups.PodGroup] = {}  # the PodGroups of every API watched
+        self.group_problems: dict[podgroups.GroupRef, str] = {}  # why a PodGroup could not be read (never was)
+        self._group_pending: defaultdict[podgroups.GroupRef, set[str]] = defaultdict(set)  # may hold stale uids
 
     def configure(self, scheduling: profile.Scheduling) -> None:
         """Objects parsed from now on use these locality labels and utilization age."""
@@ -283,6 +286,52 @@ class WatchedCluster:
             else:
                 found.append((pending.facts, node))
         return found
+
+    # --- pod groups ---------------------------------------------------------------------------------
+
+    def group_event(self, api: str, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A PodGroup of `api` (scheduler_core.podgroups.APIS) added, changed or deleted. One that cannot be read
+        keeps the last version that could; its members wait, told why, if none ever could."""
+        metadata = fields.mapping(obj.get("metadata"))
+        ref = podgroups.GroupRef(api, str(metadata.get("namespace") or "default"), str(metadata.get("name") or ""))
+        if event == "DELETED":
+            self.groups.pop(ref, None)
+            self.group_problems.pop(ref, None)
+            return Change()
+        try:
+            self.groups[ref] = podgroups.PodGroup.of(api, obj)
+        except ValueError as err:
+            self.rejected["PodGroup"] += 1
+            log.error("PodGroup %s not taken into the model: %s", ref, err)
+            if ref not in self.groups:
+                self.group_problems[ref] = f"PodGroup {ref.key} ({api}) cannot be read: {err}"
+            return Change()
+        self.group_problems.pop(ref, None)
+        return Change(freed=True)  # its members may be placed now
+
+    def groups_relisted(self, api: str, items: Iterable[Mapping[str, Any]], *, now: datetime.datetime) -> Change:
+        """Every PodGroup of `api` as a list shows them (none when the API does not serve them)."""
+        for ref in [ref for ref in self.groups if ref.api == api]:
+            del self.groups[ref]
+        for ref in [ref for ref in self.group_problems if ref.api == api]:
+            del self.group_problems[ref]
+        for obj in items:
+            self._guarded("PodGroup", obj, functools.partial(self.group_event, api, "ADDED", obj, now=now))
+        return Change(freed=True)
+
+    def gang(self, ref: podgroups.GroupRef) -> tuple[podgroups.PodGroup | None, list[PendingPod], int]:
+        """A group's PodGroup (None: not seen), its pending members, and how many of its members are placed."""
+        uids = self._group_pending.get(ref, set())
+        members = []
+        for uid in list(uids):
+            pending = self.pending.get(uid)
+            if pending is None or pending.facts.group != ref:
+                uids.discard(uid)
+            else:
+                members.append(pending)
+        if not uids:
+            self._group_pending.pop(ref, None)
+        return self.groups.get(ref), members, len(self.cluster.group_pods.get(ref, ()))
 
     # --- pods -------------------------------------------------------------------------------------
 
@@ -433,6 +482,8 @@ class WatchedCluster:
     def _pend(self, pending: PendingPod) -> None:
         self.pending[pending.uid] = pending
         facts = pending.facts
+        if facts.group is not None:
+            self._group_pending[facts.group].add(pending.uid)
         if facts.nominated_node:  # an update without it (a view older than our own nomination) clears nothing
             self.nominated[pending.uid] = facts.nominated_node
         if (facts.pod_affinity is not None and facts.pod_affinity.required) or (

@@ -1,4 +1,4 @@
-"""Events on pods, as kube-scheduler writes them (core/v1 Events): what `kubectl describe pod` shows.
+"""Events on pods (and pod groups), as kube-scheduler writes them (core/v1 Events): what `kubectl describe pod` shows.
 
 Best effort: an event that cannot be written is logged at debug level and dropped, never retried,
 so a slow or refusing API never holds up scheduling.
@@ -23,13 +23,15 @@ MAX_MESSAGE = 1024  # characters; the apiserver refuses event messages past 4 Ki
 
 
 def record(api: client.ApiClient, *, namespace: str, name: str, uid: str, kind: str, reason: str, message: str,
-           component: str, instance: str) -> None:
-    """POST one event about the pod `namespace/name` with `uid`; `kind` is Normal or Warning."""
+           component: str, instance: str, involved: tuple[str, str] = ("v1", "Pod")) -> None:
+    """POST one event about the object `namespace/name` with `uid`, by default a pod (`involved`: its apiVersion
+    and kind); `kind` is Normal or Warning."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     event = {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid},
+        "involvedObject": {"apiVersion": involved[0], "kind": involved[1], "name": name, "namespace": namespace,
+                           "uid": uid},
         "type": kind, "reason": reason, "message": message[:MAX_MESSAGE],
         "source": {"component": component},
         "reportingComponent": component, "reportingInstance": instance,

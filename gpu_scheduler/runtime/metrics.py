@@ -22,6 +22,11 @@ PROMOTIONS = Counter(
     "Deletion-cost warm-up patches by result (promoted, skipped: the cost had changed, error).",
     ["result"],
 )
+GANG_ATTEMPTS = Counter(
+    "gpu_scheduler_gang_attempts_total",
+    "Pod-group decisions by result (scheduled: its members placed at once; unschedulable: none placed).",
+    ["result"],
+)
 PREEMPTION_ATTEMPTS = Counter(
     "gpu_scheduler_preemption_attempts_total",
     "Preemption attempts: pods that fit nowhere and were looked at for victims (as kube-scheduler's "

@@ -28,7 +28,7 @@ from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import binding, events, metrics
-from scheduler_core import framework, pods, preemption, queueing, volumes, warmup, watched
+from scheduler_core import framework, gangs, podgroups, pods, preemption, queueing, volumes, warmup, watched
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,16 @@ UNREAD = object()  # after a failed binding: the API could not be asked what bec
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
                "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace",
                "volumes-written": "Pod", "preempted": "Pod", "budget": "PodDisruptionBudget",
-               "budgets": "PodDisruptionBudget"}
+               "budgets": "PodDisruptionBudget", "group": "PodGroup", "groups": "PodGroup", "gang-cancelled": "Pod"}
+
+
+@dataclasses.dataclass
+class GangAttempt:
+    """The members of one gang decision being bound. Once one fails, those whose binding has not started go back
+    to pending with it (`cancelled`); those bound stay bound and count toward minMember next time."""
+
+    group: podgroups.GroupRef
+    cancelled: bool = False
 
 
 @dataclasses.dataclass
@@ -86,6 +95,8 @@ class LiveScheduler:
         # preemptor uid -> its victims' uids, from the decision until the watch shows each gone or being deleted by
         # the preemption (None while the API calls are in flight): one preemption at a time per pod
         self.preempting: dict[str, set[str] | None] = {}
+        self.gang_attempts: dict[str, GangAttempt] = {}  # member uid -> its gang decision, until bound or not
+        self.group_reported: dict[podgroups.GroupRef, tuple[str, float]] = {}  # the last FailedScheduling per group
         self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
         self.alive = threading.Event()
@@ -102,7 +113,10 @@ class LiveScheduler:
             storage=client.StorageV1Api(api), on_storage_list=lambda kind, items: self.events.put(("storages", kind, items)),
             on_storage=lambda kind, event, obj: self.events.put(("storage", kind, event, obj)),
             policy=client.PolicyV1Api(api), on_budgets=lambda items: self.events.put(("budgets", items)),
-            on_budget=lambda event, obj: self.events.put(("budget", event, obj)))
+            on_budget=lambda event, obj: self.events.put(("budget", event, obj)),
+            custom=client.CustomObjectsApi(api), group_apis=podgroups.APIS,
+            on_groups=lambda group_api, items: self.events.put(("groups", group_api, items)),
+            on_group=lambda group_api, event, obj: self.events.put(("group", group_api, event, obj)))
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, warm-up, pending gauges: once a second
 
@@ -209,6 +223,12 @@ class LiveScheduler:
                 self._apply(self.model.budget_event(event[1], event[2], now=_now()))
             elif kind == "budgets":
                 self._apply(self.model.budgets_relisted(event[1], now=_now()))
+            elif kind == "group":
+                self._apply(self.model.group_event(event[1], event[2], event[3], now=_now()))
+            elif kind == "groups":
+                self._apply(self.model.groups_relisted(event[1], event[2], now=_now()))
+            elif kind == "gang-cancelled":
+                self._on_gang_cancelled(*event[1:])
             elif kind == "preempted":
                 self._on_preempted(*event[1:])
             elif kind == "volumes-written":
@@ -244,6 +264,7 @@ class LiveScheduler:
 
     def _forget_pending(self, uid: str) -> None:
         self.queue.remove(uid)
+        self.gang_attempts.pop(uid, None)
         self.preempting.pop(uid, None)
         self.reported.pop(uid, None)
         self.queued_at.pop(uid, None)
@@ -272,12 +293,19 @@ class LiveScheduler:
             self.queue.failed(uid, time.monotonic(), unschedulable=True)  # waits for its victims (upstream's
             return                                                        # PreEnqueue keeps it out meanwhile)
         nominees = self.model.nominees()
+        if pending.facts.group is not None and self._schedule_gang(pending.facts.group, nominees):
+            return
         decision, excluded = preemption.decide(self.framework, pending.facts, nominees)
         if decision.node is None:
             metrics.ATTEMPTS.labels("unschedulable").inc()
             self.queue.failed(uid, time.monotonic(), unschedulable=True)
             self._preempt_or_report(pending, decision.reason or "unschedulable", nominees, list(excluded))
             return
+        self._assume_and_bind(pending, decision)
+
+    def _assume_and_bind(self, pending: watched.PendingPod, decision: framework.Decision) -> None:
+        """Account the decision in the model at once; bind (after the volume writes its plan needs) on a binder."""
+        assert decision.node is not None
         plan = decision.volume_plan
         changes = volumes.writes(self.model.cluster.storage, plan) if plan else []
         self.model.assume(pending.facts, decision.node, decision.devices, now=_now())
@@ -287,6 +315,89 @@ class LiveScheduler:
             self.binder.submit(self._write_volumes, pending, decision, changes)
         else:
             self.binder.submit(self._bind, pending, decision)
+
+    # --- gangs ----------------------------------------------------------------------------------
+
+    def _schedule_gang(self, ref: podgroups.GroupRef, nominees: list[tuple[Any, str]]) -> bool:
+        """A member of a pod group came up: the whole group is decided at once (scheduler_core.gangs), all its
+        placed members assumed and bound, or none. False for a group that is no gang (the Workload API's basic
+        policy): its pods go one by one."""
+        group, members, placed = self.model.gang(ref)
+        if group is not None and not group.gang:
+            return False
+        if group is None:
+            message = (self.model.group_problems.get(ref)
+                       or f"waiting for PodGroup {ref.key} ({ref.api}) to be created")
+            self._gang_waits(ref, None, members, message)
+            return True
+        decision = gangs.place(self.framework, group, [m.facts for m in members], placed=placed, nominees=nominees)
+        if decision.reason is not None:
+            metrics.GANG_ATTEMPTS.labels("unschedulable").inc()
+            self._gang_waits(ref, group, members, decision.reason)
+            return True
+        metrics.GANG_ATTEMPTS.labels("scheduled").inc()
+        by_uid = {m.uid: m for m in members}
+        attempt = GangAttempt(ref)
+        for facts, placement in decision.placements:
+            member = by_uid[facts.identity]
+            self.gang_attempts[member.uid] = attempt
+            self._assume_and_bind(member, placement)
+        for facts, reason in decision.unplaced:
+            member = by_uid[facts.identity]
+            self.queue.failed(member.uid, time.monotonic(), unschedulable=True)
+            self._report_unschedulable(member, reason)
+        nodes = sorted({placement.node or "" for _, placement in decision.placements})
+        message = (f"gang {ref.key}: {len(decision.placements)} member(s) placed ({placed} placed before, "
+                   f"minMember {group.min_member}) in {decision.scope}: {', '.join(nodes)}")
+        log.info("%s", message)
+        self.group_reported.pop(ref, None)
+        self.reporter.submit(self._write_group, group, "Normal", "Scheduled", message, scheduled=True)
+        return True
+
+    def _gang_waits(self, ref: podgroups.GroupRef, group: podgroups.PodGroup | None,
+                    members: list[watched.PendingPod], message: str) -> None:
+        """No member of the group is placed: each waits parked with the reason in its PodScheduled condition, and
+        the group gets one FailedScheduling event (its members each get one while its PodGroup is not there)."""
+        now = time.monotonic()
+        for member in members:
+            self.queue.failed(member.uid, now, unschedulable=True)
+            self._report_unschedulable(member, message, event=group is None)
+        last = self.group_reported.get(ref)
+        if group is None or (last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL):
+            return
+        self.group_reported[ref] = (message, now)
+        self.reporter.submit(self._write_group, group, "Warning", "FailedScheduling", message, scheduled=False)
+
+    def _write_group(self, group: podgroups.PodGroup, kind: str, reason: str, message: str, *,
+                     scheduled: bool) -> None:
+        """Runs on a reporter thread: the group's event, and its status where its API has one the scheduler keeps
+        (the Workload API's PodGroupScheduled condition, which never goes back from True, as upstream's; the phase
+        of a coscheduling PodGroup: Pending until minMember members are placed, then Scheduling)."""
+        ref = group.ref
+        events.record(self.api, namespace=ref.namespace, name=ref.name, uid=group.uid, kind=kind, reason=reason,
+                      message=message, component=self.settings.scheduler_name, instance=self.identity,
+                      involved=(ref.api, "PodGroup"))
+        status: dict[str, Any] | None = None
+        if ref.api == podgroups.WORKLOAD and not (group.scheduled and not scheduled):
+            status = {"conditions": [{
+                "type": podgroups.PODGROUP_SCHEDULED, "status": "True" if scheduled else "False",
+                "reason": "Scheduled" if scheduled else "Unschedulable", "message": message[:events.MAX_MESSAGE],
+                "observedGeneration": group.generation, "lastTransitionTime": _timestamp()}]}
+        elif ref.api == podgroups.COSCHEDULING and group.phase in (None, "Pending", "Scheduling"):
+            status = {"phase": "Scheduling" if scheduled else "Pending"}
+            if scheduled and group.phase != "Scheduling":
+                status["scheduleStartTime"] = _timestamp()
+        if status is None:
+            return
+        path = f"/apis/{ref.api}/namespaces/{quote(ref.namespace)}/podgroups/{quote(ref.name)}/status"
+        patch: dict[str, Any] = {"status": status}
+        if group.uid:
+            patch["metadata"] = {"uid": group.uid}  # fails on another PodGroup of its name (uid is immutable)
+        try:  # a built-in type merges conditions by type; a custom resource takes a merge patch
+            rawapi.request(self.api, "PATCH", path, patch, content_type=rawapi.STRATEGIC_MERGE_PATCH
+                           if ref.api == podgroups.WORKLOAD else rawapi.MERGE_PATCH)
+        except (ApiException, HTTPError, OSError) as err:
+            log.warning("cannot update the status of PodGroup %s: %s", ref, watching.describe_error(err))
 
     # --- preemption -----------------------------------------------------------------------------
 
@@ -474,6 +585,10 @@ class LiveScheduler:
         apart from a tenant's edit by its managed fields (scheduler_core.watched).
         """
         try:
+            attempt = self.gang_attempts.get(pending.uid)
+            if attempt is not None and attempt.cancelled:  # another member of its gang failed to bind
+                self.events.put(("gang-cancelled", pending, decision))
+                return
             binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
                          node=decision.node or "", devices=decision.devices)
         except (ApiException, HTTPError, OSError) as err:
@@ -510,6 +625,7 @@ class LiveScheduler:
         return UNREAD
 
     def _on_bound(self, pending: watched.PendingPod, node: str) -> None:
+        self.gang_attempts.pop(pending.uid, None)
         self.model.finish_binding(pending.uid, now=_now())
         metrics.ATTEMPTS.labels("scheduled").inc()
         started = self.queued_at.pop(pending.uid, None)
@@ -518,12 +634,24 @@ class LiveScheduler:
         self.queue.done(pending.uid)
         self.reported.pop(pending.uid, None)
 
+    def _on_gang_cancelled(self, pending: watched.PendingPod, decision: framework.Decision) -> None:
+        """A gang member not bound because another failed: pending again, and its group retried after a backoff."""
+        self.gang_attempts.pop(pending.uid, None)
+        self._apply(self.model.forget(pending.uid, pending=pending))
+        if pending.uid in self.model.pending:
+            self.queue.failed(pending.uid, time.monotonic(), unschedulable=False)
+
     def _on_refused(self, pending: watched.PendingPod, decision: framework.Decision, error: Exception,
                     seen: Any) -> None:
         """The binding failed: the model follows what the API says of the pod (`seen`), and a pod still
         pending is retried after a backoff, not dropped."""
         uid = pending.uid
         metrics.BIND_ERRORS.labels(str(getattr(error, "status", None) or type(error).__name__)).inc()
+        attempt = self.gang_attempts.pop(uid, None)
+        if attempt is not None and not attempt.cancelled:
+            attempt.cancelled = True  # the members of its gang not bound yet go back to pending with it
+            log.warning("gang %s: member %s failed to bind; its members not bound yet are scheduled again",
+                        attempt.group.key, pending.key)
         node = decision.node
         if decision.volume_plan:  # a refused volume write: the claimRefs and selected nodes it assumed go too
             self.model.cluster.storage.forget(decision.volume_plan)
@@ -542,33 +670,36 @@ class LiveScheduler:
         self.queue.done(uid)
         self._forget_pending(uid)
 
-    def _report_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None) -> None:
-        """PodScheduled=False and a FailedScheduling event, not more than once per REPORT_INTERVAL for the same
-        message; `nominate` "" clears the pod's nominated node in the same write."""
+    def _report_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None,
+                              event: bool = True) -> None:
+        """PodScheduled=False and (unless not `event`) a FailedScheduling event, not more than once per
+        REPORT_INTERVAL for the same message; `nominate` "" clears the pod's nominated node in the same write."""
         now = time.monotonic()
         last = self.reported.get(pending.uid)
         if nominate is None and last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.reported[pending.uid] = (message, now)
-        self.reporter.submit(self._report, pending, message, nominate)
+        self.reporter.submit(self._report, pending, message, nominate, event)
 
-    def _report(self, pending: watched.PendingPod, message: str, nominate: str | None) -> None:
+    def _report(self, pending: watched.PendingPod, message: str, nominate: str | None, event: bool = True) -> None:
         try:
-            self._write_unschedulable(pending, message, nominate=nominate)
+            self._write_unschedulable(pending, message, nominate=nominate, event=event)
         except (ApiException, HTTPError, OSError) as err:
             log.warning("cannot set PodScheduled=False on %s: %s", pending.key, watching.describe_error(err))
             self.events.put(("unreported", pending.uid, message))  # say it again at the next attempt
 
-    def _write_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None) -> None:
+    def _write_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None,
+                             event: bool = True) -> None:
         """PodScheduled=False with the reason (and, given `nominate`, status.nominatedNodeName: a node, or "" to
-        clear it), then the FailedScheduling event."""
+        clear it), then (unless not `event`) the FailedScheduling event."""
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": _timestamp()}
         status: dict[str, Any] = {"conditions": [condition]}
         if nominate is not None:
             status["nominatedNodeName"] = nominate or None
         self._patch_status(pending.namespace, pending.name, {"status": status})
-        self._record_event(pending, "Warning", "FailedScheduling", message)
+        if event:
+            self._record_event(pending, "Warning", "FailedScheduling", message)
 
     def _record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:
         events.record(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid, kind=kind,

@@ -82,6 +82,8 @@ def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace)
         (SCHEDULER, "list", "statefulsets.apps", None),
         (SCHEDULER, "delete", "pods", "default"),  # preemption victims
         (SCHEDULER, "watch", "poddisruptionbudgets.policy", None),  # preemption spares budgets when it can
+        (SCHEDULER, "watch", "podgroups.scheduling.x-k8s.io", None),  # gangs
+        (SCHEDULER, "patch", "podgroups.scheduling.k8s.io/status", "default"),  # PodGroupScheduled
         (EXTENDER, "create", "pods/binding", "default"),
         (EXTENDER, "watch", "namespaces", None),
         (EXTENDER, "watch", "poddisruptionbudgets.policy", None),  # /preempt recounts budget violations

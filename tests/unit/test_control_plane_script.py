@@ -61,6 +61,9 @@ def fake_toolchain(tmp_path):
     crds = modules / "github.com" / "cert-manager" / "cert-manager" / "deploy" / "crds"
     crds.mkdir(parents=True)
     (crds / "cert-manager.io_certificates.yaml").write_text("kind: CustomResourceDefinition\n")
+    coscheduling = modules / "sigs.k8s.io" / "scheduler-plugins" / "manifests" / "coscheduling"
+    coscheduling.mkdir(parents=True)
+    (coscheduling / "crd.yaml").write_text("kind: CustomResourceDefinition\n")
     kustomize = modules / "sigs.k8s.io" / "kustomize" / "kustomize" / "v5"
     kustomize.mkdir(parents=True)
     (kustomize / "go.mod").write_text("module sigs.k8s.io/kustomize/kustomize/v5\n\ngo 1.22.7\n")

@@ -1,5 +1,6 @@
 """The shipped manifests are valid Kubernetes objects and carry a valid configuration."""
 
+import functools
 from pathlib import Path
 
 import kubernetes_validate
@@ -163,7 +164,9 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
     storage = {("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
                ("storage.k8s.io", "csinodes"), ("storage.k8s.io", "csidrivers"),
                ("storage.k8s.io", "csistoragecapacities"), ("storage.k8s.io", "volumeattachments")}
-    assert selectors | storage | {("policy", "poddisruptionbudgets")} <= watched
+    groups = {("scheduling.x-k8s.io", "podgroups"), ("scheduling.k8s.io", "podgroups"),
+              ("scheduling.volcano.sh", "podgroups")}
+    assert selectors | storage | groups | {("policy", "poddisruptionbudgets")} <= watched
     assert watched <= _granted(COMPONENTS / "scheduler" / "rbac.yaml")
 
 
@@ -187,9 +190,10 @@ def _watched(reflectors):
 
     groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy"}
     calls = [reflector._list_call for reflector in reflectors]
-    return {(groups.get(type(call.__self__), ""),
-             _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
-            for call in calls}
+    custom = {(call.args[0], call.args[2]) for call in calls if isinstance(call, functools.partial)}  # group, plural
+    return custom | {(groups.get(type(call.__self__), ""),
+                      _plural(call.__name__.removeprefix("list_").removesuffix("_for_all_namespaces").replace("_", "")))
+                     for call in calls if not isinstance(call, functools.partial)}
 
 
 def _granted(path):

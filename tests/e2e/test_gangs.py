@@ -1,0 +1,196 @@
+"""Gangs with `gpu-scheduler run` on the real apiserver, with scheduler-plugins' real coscheduling CRD installed
+(`PodGroup`, scheduling.x-k8s.io/v1alpha1, fetched from its Go module by hack/control-plane.sh build).
+
+Each scenario has a node pool of its own, chosen by the members' node selector, so scenarios never share room."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e import controlplane as cp
+from tests.e2e.installing import wait_for
+from tests.e2e.scheduling import GPU, start_scheduler
+
+SUFFIX = uuid.uuid4().hex[:5]
+SCHEDULER = f"gangs-{SUFFIX}"
+NAMESPACE = f"gangs-{SUFFIX}"
+GROUP, VERSION = "scheduling.x-k8s.io", "v1alpha1"
+
+
+def coscheduling_crd() -> Path:
+    binaries = cp.find_binaries()
+    assert binaries is not None
+    crd = binaries.parent / "crds" / "coscheduling" / "crd.yaml"
+    if not crd.is_file():
+        pytest.fail(f"the coscheduling CRD is missing ({crd}): run hack/control-plane.sh build")
+    return crd
+
+
+@pytest.fixture(scope="module")
+def cluster(plane: Any, api: Any, scheduler_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The CRD (installed once for the session), the namespace and one `gpu-scheduler run` for the module."""
+    from tests.e2e.conftest import LOG_SOURCES
+
+    extensions: Any = client.ApiextensionsV1Api(api)
+    crd = yaml.safe_load(coscheduling_crd().read_text())
+    try:
+        extensions.create_custom_resource_definition(crd)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
+                         extensions.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or ()),
+             timeout=30, what="the PodGroup CRD to be established")
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+    work = tmp_path_factory.mktemp("gangs")
+    config = work / "config.yaml"
+    config.write_text(f"schedulerName: {SCHEDULER}\n")
+    state: dict[str, Any] = {"work": work, "config": config, "kubeconfig": scheduler_kubeconfig}
+    state["scheduler"] = start_scheduler(scheduler_kubeconfig, work, "--config", str(config), name="gangs-run")
+    LOG_SOURCES.append(lambda: ("gpu-scheduler run (gangs)", state["scheduler"].logs()[-8000:]))
+    yield state
+    state["scheduler"].stop()
+
+
+def pool(api: Any, name: str, count: int, gpus: int = 8) -> list[str]:
+    nodes = [f"{name}-{SUFFIX}-{i}" for i in range(count)]
+    for node in nodes:
+        add_node(api, name, node, gpus)
+    return nodes
+
+
+def add_node(api: Any, pool_name: str, node: str, gpus: int = 8) -> None:
+    cp.create_gpu_node(api, node, gpus=gpus, labels={"e2e-pool": f"{pool_name}-{SUFFIX}"})
+
+
+def podgroup(api: Any, name: str, min_member: int) -> Any:
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "podgroups",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+         "spec": {"minMember": min_member}})
+
+
+def member(api: Any, name: str, group: str, pool_name: str, *, gpus: int = 8, node: str | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER, "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {"e2e-pool": f"{pool_name}-{SUFFIX}"},
+        "containers": [{"name": "worker", "image": "registry.invalid/pytorch:2", "resources": {"limits": {GPU: str(gpus)}}}]}
+    if node:
+        spec["nodeName"] = node
+    body = {"metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group}}, "spec": spec}
+    return client.CoreV1Api(api).create_namespaced_pod(NAMESPACE, body)
+
+
+def placement(api: Any, names: list[str]) -> dict[str, str | None]:
+    core: Any = client.CoreV1Api(api)
+    return {name: core.read_namespaced_pod(name, NAMESPACE).spec.node_name for name in names}
+
+
+def group_events(api: Any, group: str) -> list[tuple[str, str]]:
+    """(reason, message) of the events on the PodGroup `group`."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.kind=PodGroup,involvedObject.name={group}").items
+    return [(e.reason, e.message) for e in events]
+
+
+def metrics(scheduler: Any) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{scheduler.port}/metrics", timeout=5) as reply:
+            return str(reply.read().decode())
+    except OSError:
+        return None
+
+
+def gang_attempts(scheduler: Any, result: str) -> float:
+    text = wait_for(lambda: metrics(scheduler), timeout=30, what="the scheduler's /metrics")
+    prefix = f'gpu_scheduler_gang_attempts_total{{result="{result}"}} '
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_a_gang_of_4_x_8_gpus_lands_whole_in_one_decision(api, cluster):
+    nodes = pool(api, "whole", 5)
+    before = gang_attempts(cluster["scheduler"], "scheduled")
+    podgroup(api, "whole", 4)
+    names = [f"whole-{i}" for i in range(4)]
+    for name in names:
+        member(api, name, "whole", "whole")
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="all 4 members bound")
+    where = placement(api, names)
+    assert len(set(where.values())) == 4 and set(where.values()) <= set(nodes)  # one 8-GPU node each
+    scheduled = [m for reason, m in group_events(api, "whole") if reason == "Scheduled"]
+    assert len(scheduled) == 1 and scheduled[0].startswith("gang ")  # one decision placed all four
+    assert scheduled[0].split(":")[1].strip().startswith("4 member(s) placed")
+    assert gang_attempts(cluster["scheduler"], "scheduled") == before + 1
+    status = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "podgroups", "whole")
+    assert status["status"]["phase"] == "Scheduling" and status["status"].get("scheduleStartTime")
+
+
+def test_a_gang_with_room_for_3_of_4_binds_none_says_why_and_binds_all_once_a_node_is_added(api, cluster):
+    pool(api, "short", 3)
+    podgroup(api, "short", 4)
+    names = [f"short-{i}" for i in range(4)]
+    for name in names:
+        member(api, name, "short", "short")
+    expected = f"gang {NAMESPACE}/short: 3/4 members fit; 1 x 8 GPUs short"
+    wait_for(lambda: [m for reason, m in group_events(api, "short") if reason == "FailedScheduling"
+                      and m.startswith(expected)], timeout=30, what="the PodGroup's FailedScheduling event")
+    time.sleep(1)  # the scheduler has decided: had it bound anyone, the API would show it by now
+    assert not any(placement(api, names).values())
+    condition = next(c for c in client.CoreV1Api(api).read_namespaced_pod("short-0", NAMESPACE).status.conditions
+                     if c.type == "PodScheduled")
+    assert condition.status == "False" and condition.message.startswith(expected)
+    add_node(api, "short", f"short-{SUFFIX}-3")
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="all 4 members bound after the node came")
+    assert len(set(placement(api, names).values())) == 4
+
+
+def test_two_gangs_that_fit_one_at_a_time_never_split(api, cluster):
+    pool(api, "rival", 2)
+    podgroup(api, "rival-a", 2)
+    podgroup(api, "rival-b", 2)
+    names = ["rival-a-0", "rival-b-0", "rival-a-1", "rival-b-1"]
+    for name in names:
+        member(api, name, name.rsplit("-", 1)[0], "rival")
+    wait_for(lambda: sum(1 for node in placement(api, names).values() if node) == 2, timeout=60,
+             what="one gang bound")
+    time.sleep(1)
+    where = placement(api, names)
+    bound = {name.rsplit("-", 1)[0] for name, node in where.items() if node}
+    assert len(bound) == 1 and sum(1 for node in where.values() if node) == 2  # one whole gang, never a half of each
+    waiting = ({"rival-a", "rival-b"} - bound).pop()
+    wait_for(lambda: any(r == "FailedScheduling" for r, _ in group_events(api, waiting)), timeout=30,
+             what="the other gang told why it waits")
+
+
+def test_after_a_restart_midway_the_gang_is_finished_without_placing_any_member_twice(api, cluster):
+    """The state a scheduler killed after binding 2 of 4 members leaves: those 2 bound (with their devices), 2
+    pending. A new scheduler counts the bound ones toward minMember and places only the other 2."""
+    nodes = pool(api, "restart", 4)
+    cluster["scheduler"].stop()
+    podgroup(api, "restart", 4)
+    devices = '[{"index":0,"milli":1000},{"index":1,"milli":1000},{"index":2,"milli":1000},{"index":3,"milli":1000},' \
+              '{"index":4,"milli":1000},{"index":5,"milli":1000},{"index":6,"milli":1000},{"index":7,"milli":1000}]'
+    for i in range(2):
+        member(api, f"restart-{i}", "restart", "restart", node=nodes[i])
+        client.CoreV1Api(api).patch_namespaced_pod(f"restart-{i}", NAMESPACE,
+                                                   {"metadata": {"annotations": {"gpu-scheduler.io/gpu-devices": devices}}})
+    for i in range(2, 4):
+        member(api, f"restart-{i}", "restart", "restart")
+    cluster["scheduler"] = start_scheduler(cluster["kubeconfig"], cluster["work"], "--config", str(cluster["config"]),
+                                           name="gangs-run-restarted")
+    names = [f"restart-{i}" for i in range(4)]
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="the 2 pending members bound")
+    where = placement(api, names)
+    assert where["restart-0"] == nodes[0] and where["restart-1"] == nodes[1]
+    assert sorted(where.values()) == sorted(nodes)  # the two new ones on the two free nodes: nothing doubled
+    scheduled = [m for reason, m in group_events(api, "restart") if reason == "Scheduled"]
+    assert scheduled and "2 member(s) placed (2 placed before, minMember 4)" in scheduled[-1]
