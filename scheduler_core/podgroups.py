@@ -8,7 +8,10 @@ Three APIs name a group, and each is read as its own scheduler reads it:
   `scheduling.k8s.io/v1alpha2`, a gang when `spec.schedulingPolicy.gang.minCount` is set (the `basic` policy
   groups pods without all-or-nothing);
 - Volcano: the pod annotation `scheduling.k8s.io/group-name` names a `PodGroup` of `scheduling.volcano.sh/v1beta1`
-  (`spec.minMember`, `spec.minResources`).
+  (`spec.minMember`, `spec.minResources`);
+- an admin's rule (`set.podGroup`, for jobs whose operator emits none of these): the webhook writes the annotations
+  `gpu-scheduler.io/pod-group` (the group's name, from a label of the pod) and `gpu-scheduler.io/pod-group-min-member`
+  on each member, and no PodGroup object exists: the members carry the whole group (`formed`).
 
 A pod naming more than one is read by the first of that list whose field it sets (the upstream field is validated
 by the apiserver; a label outlives an annotation through most operators). Pure: objects in, values out.
@@ -17,7 +20,7 @@ by the apiserver; a label outlives an annotation through most operators). Pure: 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +30,15 @@ from scheduler_core.nodes import scheduled_milli
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
 WORKLOAD = "scheduling.k8s.io/v1alpha2"
 VOLCANO = "scheduling.volcano.sh/v1beta1"
-APIS = (WORKLOAD, COSCHEDULING, VOLCANO)  # the order a pod naming several is read in
+RULE = "gpu-scheduler.io"  # a group an admin's rule formed: no PodGroup object, its members say it all
+APIS = (WORKLOAD, COSCHEDULING, VOLCANO)  # the APIs of PodGroup objects, in the order a pod naming several is read
+GROUP_ANNOTATION = "gpu-scheduler.io/pod-group"
+MIN_MEMBER_ANNOTATION = "gpu-scheduler.io/pod-group-min-member"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 # How long a gang waits at Permit for the rest of its quorum: coscheduling's default permitWaitingTimeSeconds (60),
 # and kube-scheduler's GangScheduling plugin (5 minutes) for the Workload API.
-DEFAULT_TIMEOUT_SECONDS = {COSCHEDULING: 60, WORKLOAD: 300, VOLCANO: 60}
+DEFAULT_TIMEOUT_SECONDS = {COSCHEDULING: 60, WORKLOAD: 300, VOLCANO: 60, RULE: 60}
 MAX_MIN_MEMBER = 100_000  # no gang is larger; a bigger number is a typo, not a job
 PODGROUP_SCHEDULED = "PodGroupScheduled"  # the Workload API's condition on its PodGroup
 
@@ -96,26 +102,40 @@ class PodGroup:
                    phase=phase if isinstance(phase, str) and phase else None)
 
 
-def membership(obj: Mapping[str, Any]) -> tuple[GroupRef | None, str | None]:
-    """The group a pod names, and why the name cannot be a group's (then no group, and the pod waits)."""
+def formed(ref: GroupRef, min_members: Iterable[int]) -> PodGroup:
+    """The group an admin's rule formed, from what its members say: the largest minMember any of them carries."""
+    return PodGroup(ref, max(min_members, default=1), True, DEFAULT_TIMEOUT_SECONDS[RULE], {})
+
+
+def membership(obj: Mapping[str, Any]) -> tuple[GroupRef | None, int | None, str | None]:
+    """The group a pod names; for a group a rule formed, the minMember the pod carries; and why the pod's group
+    cannot be read (then no group, and the pod waits with that reason)."""
     metadata = fields.mapping(obj.get("metadata"))
     spec = fields.mapping(obj.get("spec"))
+    annotations = fields.strings(metadata.get("annotations"))
     namespace = str(metadata.get("namespace") or "default")
     found = (
         (WORKLOAD, fields.mapping(spec.get("schedulingGroup")).get("podGroupName"), "spec.schedulingGroup.podGroupName"),
         (COSCHEDULING, fields.strings(metadata.get("labels")).get(COSCHEDULING_LABEL),
          f"label {COSCHEDULING_LABEL}"),
-        (VOLCANO, fields.strings(metadata.get("annotations")).get(VOLCANO_ANNOTATION),
-         f"annotation {VOLCANO_ANNOTATION}"),
+        (VOLCANO, annotations.get(VOLCANO_ANNOTATION), f"annotation {VOLCANO_ANNOTATION}"),
+        (RULE, annotations.get(GROUP_ANNOTATION), f"annotation {GROUP_ANNOTATION}"),
     )
     for api, name, where in found:
         if name is None or name == "":
             continue
         problem = names.dns_subdomain_problem(name) if isinstance(name, str) else "must be a string"
         if problem:
-            return None, f"{where}: {fields.shown(name)} is not a PodGroup name: {problem}"
-        return GroupRef(api, namespace, name), None
-    return None, None
+            return None, None, f"{where}: {fields.shown(name)} is not a PodGroup name: {problem}"
+        if api != RULE:
+            return GroupRef(api, namespace, name), None, None
+        text = annotations.get(MIN_MEMBER_ANNOTATION)
+        count = int(text) if text is not None and text.isascii() and text.isdigit() and len(text) <= 6 else None
+        if count is None or not 1 <= count <= MAX_MIN_MEMBER:
+            return None, None, (f"annotation {MIN_MEMBER_ANNOTATION}: {fields.shown(text)} is not a count from 1 to "
+                                f"{MAX_MIN_MEMBER} (the minMember of the group {name} a rule formed)")
+        return GroupRef(api, namespace, name), count, None
+    return None, None, None
 
 
 def _count(value: Any, where: str) -> int:

@@ -99,6 +99,7 @@ class PodFacts:
     preempted: bool = False  # being deleted by a scheduler's preemption (DisruptionTarget, PreemptionByScheduler)
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
     group: podgroups.GroupRef | None = None  # the pod group it is a member of (scheduler_core.podgroups)
+    group_min_member: int | None = None  # of a group an admin's rule formed: the minMember the pod carries
 
     @property
     def namespace(self) -> str:
@@ -162,7 +163,7 @@ def parse(
     preferred_terms, preferred_problem = _preferred(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
     node_name = spec.get("nodeName")
     devices, devices_from, devices_problem = _assigned_devices(pod)
-    group, group_problem = podgroups.membership(pod)
+    group, group_min_member, group_problem = podgroups.membership(pod)
     if group_problem:
         problems.append(group_problem)
     return PodFacts(
@@ -205,6 +206,7 @@ def parse(
         nominated_node=str(status.get("nominatedNodeName") or "") or None,
         preempted=preempted_of(metadata, status),
         group=group,
+        group_min_member=group_min_member,
     )
 
 

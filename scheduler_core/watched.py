@@ -331,7 +331,12 @@ class WatchedCluster:
                 members.append(pending)
         if not uids:
             self._group_pending.pop(ref, None)
-        return self.groups.get(ref), members, len(self.cluster.group_pods.get(ref, ()))
+        placed = self.cluster.group_pods.get(ref, set())
+        if ref.api == podgroups.RULE:  # no PodGroup object: what its members carry
+            said = [m.facts.group_min_member for m in members] + [
+                self.cluster.assignments[uid].pod.group_min_member for uid in placed]
+            return podgroups.formed(ref, [n for n in said if n]), members, len(placed)
+        return self.groups.get(ref), members, len(placed)
 
     # --- pods -------------------------------------------------------------------------------------
 

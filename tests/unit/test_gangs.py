@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,10 @@ import pytest
 
 from scheduler_core import gangs, pods, podgroups
 from scheduler_core.podgroups import COSCHEDULING, VOLCANO, WORKLOAD, GroupRef
-from tests.unit.builders import node, pod, scheduler
+from tests.unit.builders import node, planted, pod, scheduler
 
 JOB = GroupRef(COSCHEDULING, "ns", "job-a")
+NOW = datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)
 
 
 def group(min_member: int = 4, **changes: Any) -> podgroups.PodGroup:
@@ -192,3 +194,32 @@ def test_larger_members_are_placed_first_so_mixed_gangs_pack():
     decision = gangs.place(framework, group(3), mixed)
     assert [m.key for m, _ in decision.placements][0] == "ns/big-0"
     assert placed_on(decision) == {"ns/big-0": "n0", "ns/small-0": "n1", "ns/small-1": "n1"}
+
+
+def test_a_group_a_rule_formed_is_read_from_its_members_annotations():
+    formed = pod("w", annotations={podgroups.GROUP_ANNOTATION: "job-r", podgroups.MIN_MEMBER_ANNOTATION: "4"})
+    facts = pods.parse(formed)
+    assert facts.group == GroupRef(podgroups.RULE, "ns", "job-r") and facts.group_min_member == 4
+    unreadable = pods.parse(planted(formed, ("metadata", "annotations", podgroups.MIN_MEMBER_ANNOTATION), "four"))
+    assert unreadable.group is None and unreadable.problems == (
+        'annotation gpu-scheduler.io/pod-group-min-member: "four" is not a count from 1 to 100000 (the minMember of '
+        "the group job-r a rule formed)",)
+    assert podgroups.formed(facts.group, [2, 4, 3]).min_member == 4
+
+
+def test_the_watched_model_forms_a_rule_group_from_pending_and_placed_members():
+    from scheduler_core import watched
+
+    model = watched.WatchedCluster(scheduler_name="gpu-scheduler")
+    model.node_event("ADDED", node("n0"), now=NOW)
+    annotations = {podgroups.GROUP_ANNOTATION: "job-r", podgroups.MIN_MEMBER_ANNOTATION: "3"}
+    for i in range(2):
+        obj = pod(f"w{i}", gpus=1, annotations=annotations)
+        obj["metadata"]["uid"] = f"u{i}"
+        model.pod_event("ADDED", obj, now=NOW)
+    placed = pod("w2", gpus=1, annotations=annotations, node_name="n0")
+    placed["metadata"]["uid"] = "u2"
+    model.pod_event("ADDED", placed, now=NOW)
+    group, members, placed_count = model.gang(GroupRef(podgroups.RULE, "ns", "job-r"))
+    assert group is not None and group.min_member == 3 and group.gang
+    assert sorted(m.name for m in members) == ["w0", "w1"] and placed_count == 1
