@@ -42,7 +42,7 @@ def require_binaries() -> None:
 @pytest.fixture(scope="session")
 def plane() -> Iterator[cp.ControlPlane]:
     require_binaries()
-    with cp.ControlPlane() as control_plane:
+    with cp.ControlPlane(extra_apiserver_args=cp.WORKLOAD_API_ARGS) as control_plane:
         LOG_SOURCES.append(lambda: ("control plane", control_plane.logs_tail(40)))
         yield control_plane
 

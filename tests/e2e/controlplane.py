@@ -194,6 +194,12 @@ class Scheduler:
         self.process.stop()
 
 
+# Kubernetes' alpha Workload API (v1.36: scheduling.k8s.io/v1alpha2 Workload and PodGroup, the pod field
+# spec.schedulingGroup), off by default; the session's apiserver serves it for the gang tests.
+WORKLOAD_API_ARGS = ("--runtime-config=scheduling.k8s.io/v1alpha2=true",
+                     "--feature-gates=GenericWorkload=true,GangScheduling=true")
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, admin kubeconfig on disk; a
     context manager."""

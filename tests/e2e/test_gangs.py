@@ -194,3 +194,53 @@ def test_after_a_restart_midway_the_gang_is_finished_without_placing_any_member_
     assert sorted(where.values()) == sorted(nodes)  # the two new ones on the two free nodes: nothing doubled
     scheduled = [m for reason, m in group_events(api, "restart") if reason == "Scheduled"]
     assert scheduled and "2 member(s) placed (2 placed before, minMember 4)" in scheduled[-1]
+
+
+# --- Kubernetes' alpha Workload API (scheduling.k8s.io/v1alpha2) ------------------------------------------
+
+WORKLOAD_GROUP, WORKLOAD_VERSION = "scheduling.k8s.io", "v1alpha2"
+
+
+def workload_podgroup(api: Any, name: str, min_count: int) -> Any:
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        WORKLOAD_GROUP, WORKLOAD_VERSION, NAMESPACE, "podgroups",
+        {"apiVersion": f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+         "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}})
+
+
+def workload_member(api: Any, name: str, group: str, pool_name: str, gpus: int = 8) -> Any:
+    body = {"metadata": {"name": name}, "spec": {
+        "schedulerName": SCHEDULER, "terminationGracePeriodSeconds": 0, "schedulingGroup": {"podGroupName": group},
+        "nodeSelector": {"e2e-pool": f"{pool_name}-{SUFFIX}"},
+        "containers": [{"name": "worker", "image": "registry.invalid/pytorch:2", "resources": {"limits": {GPU: str(gpus)}}}]}}
+    created = client.CoreV1Api(api).create_namespaced_pod(NAMESPACE, body)
+    return created
+
+
+def scheduled_condition(api: Any, group: str) -> dict[str, Any] | None:
+    found = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        WORKLOAD_GROUP, WORKLOAD_VERSION, NAMESPACE, "podgroups", group)
+    return next((c for c in (found.get("status") or {}).get("conditions") or () if c["type"] == "PodGroupScheduled"),
+                None)
+
+
+def test_the_workload_api_gang_waits_whole_then_lands_whole_and_its_condition_says_so(api, cluster):
+    """The same core scenario through the upstream alpha API: the pods name their PodGroup in
+    spec.schedulingGroup, the PodGroup asks for a gang of minCount; its PodGroupScheduled condition follows."""
+    pool(api, "upstream", 3)
+    workload_podgroup(api, "upstream", 4)
+    names = [f"upstream-{i}" for i in range(4)]
+    for name in names:
+        workload_member(api, name, "upstream", "upstream")
+    assert client.CoreV1Api(api).read_namespaced_pod(names[0], NAMESPACE).spec.scheduling_group.pod_group_name == \
+        "upstream"  # the apiserver serves the field
+    unschedulable = wait_for(lambda: (c := scheduled_condition(api, "upstream")) and c["status"] == "False"
+                             and "3/4 members fit" in c["message"] and c, timeout=30,
+                             what="PodGroupScheduled=False saying what is short")
+    assert unschedulable["reason"] == "Unschedulable"
+    assert not any(placement(api, names).values())
+    add_node(api, "upstream", f"upstream-{SUFFIX}-3")
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="all 4 members bound")
+    done = wait_for(lambda: (c := scheduled_condition(api, "upstream")) and c["status"] == "True" and c, timeout=30,
+                    what="PodGroupScheduled=True")
+    assert done["reason"] == "Scheduled" and "4 member(s) placed" in done["message"]
