@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler_core import preemption
+from scheduler_core.cluster import Assignment
 from scheduler_core.framework import Decision, Framework
 from scheduler_core.nodes import GPU_MILLI, ZONE_LABEL
 from scheduler_core.podgroups import PodGroup
@@ -111,6 +112,65 @@ def _decide(framework: Framework, group: PodGroup, members: list[PodFacts], *, p
     fit = placed + len(decided)
     reason = f"gang {group.ref.key}: {fit}/{group.min_member} members fit; {_shortfall(unplaced, needed - len(decided))}"
     return GroupDecision(group, unplaced=tuple((m, reason) for m in members), reason=reason)
+
+
+@dataclass(frozen=True)
+class GangPreemption:
+    """Room made for a gang: the node each member is nominated to (those that fit without evictions too), and the
+    pods to evict, all of lower priority than the members that need them gone."""
+
+    nominations: tuple[tuple[PodFacts, str], ...]
+    victims: tuple[PodFacts, ...]
+
+
+def preempt(evaluator: preemption.Evaluator, group: PodGroup, members: Sequence[PodFacts], *, placed: int = 0,
+            budgets: Sequence[preemption.Budget] = (), nominees: Sequence[tuple[PodFacts, str]] = (),
+            offset: int = 0) -> GangPreemption | str:
+    """DefaultPreemption for a gang as a unit: evict only if the whole gang then fits. Members are taken in `order`;
+    each is placed where it fits as the model is, or else where DefaultPreemption (`evaluator`) would make room for
+    it, its victims taken away before the next member is looked at. Once `minMember` members are placed, that is the
+    plan; if a member needed for the quorum finds no room, nothing is evicted and the reason says why. The model is
+    as it was when this returns."""
+    framework = evaluator.framework
+    cluster = framework.cluster
+    members = order(members)
+    needed = max(group.min_member - placed, 0) if group.gang else 1
+    names = {m.identity for m in members}
+    others = [(nominee, node) for nominee, node in nominees if nominee.identity not in names]
+    assigned: list[str] = []
+    removed: list[tuple[str, Assignment]] = []
+    nominations: list[tuple[PodFacts, str]] = []
+    victims: list[PodFacts] = []
+    try:
+        with preemption.reserving(cluster, others, members[-1]):
+            for member in members:
+                if len(nominations) >= needed:
+                    break
+                decision = framework.decide(member)
+                node, devices = decision.node, decision.devices
+                if node is None:
+                    outcome = evaluator.preempt(member, budgets, offset=offset)
+                    if isinstance(outcome, str):
+                        return (f"preemption: room for {placed + len(nominations)}/{group.min_member} members; "
+                                f"{member.key}: {outcome}")
+                    node = outcome.node
+                    for victim in outcome.pods:
+                        taken = cluster.unassign(victim.identity)
+                        if taken is not None:
+                            removed.append((node, taken))
+                            victims.append(victim)
+                    devices = framework.devices_for(member, cluster.index[node])
+                cluster.assign(dataclasses.replace(member, node_name=node, devices=devices), node, devices)
+                assigned.append(member.identity)
+                nominations.append((member, node))
+    finally:
+        for identity in assigned:
+            cluster.unassign(identity)
+        for node, taken in reversed(removed):
+            cluster.assign(taken.pod, node, taken.devices)
+    if not victims:
+        return "preemption: the gang fits without evicting any pod now"
+    return GangPreemption(tuple(nominations), tuple(victims))
 
 
 def _trial(framework: Framework, members: list[PodFacts], within: np.ndarray | None, *,

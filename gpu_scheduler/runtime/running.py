@@ -41,7 +41,8 @@ UNREAD = object()  # after a failed binding: the API could not be asked what bec
 EVENT_KINDS = {"node": "Node", "nodes": "Node", "pod": "Pod", "pods": "Pod", "bound": "Pod", "refused": "Pod",
                "unreported": "Pod", "config": "Config", "namespace": "Namespace", "namespaces": "Namespace",
                "volumes-written": "Pod", "preempted": "Pod", "budget": "PodDisruptionBudget",
-               "budgets": "PodDisruptionBudget", "group": "PodGroup", "groups": "PodGroup", "gang-cancelled": "Pod"}
+               "budgets": "PodDisruptionBudget", "group": "PodGroup", "groups": "PodGroup", "gang-cancelled": "Pod",
+               "gang-preempted": "PodGroup"}
 
 
 @dataclasses.dataclass
@@ -92,9 +93,9 @@ class LiveScheduler:
         self.volume_bind_timeout = volume_bind_timeout
         self.awaiting_volumes: dict[str, AwaitingVolumes] = {}  # by pod UID: plans written, claims not all bound
         self.preemptor = preemption.Evaluator(self.framework)
-        # preemptor uid -> its victims' uids, from the decision until the watch shows each gone or being deleted by
-        # the preemption (None while the API calls are in flight): one preemption at a time per pod
-        self.preempting: dict[str, set[str] | None] = {}
+        # preemptor uid (a gang's GroupRef) -> its victims' uids, from the decision until the watch shows each gone
+        # or being deleted by the preemption (None while the API calls are in flight): one preemption at a time
+        self.preempting: dict[str | podgroups.GroupRef, set[str] | None] = {}
         self.gang_attempts: dict[str, GangAttempt] = {}  # member uid -> its gang decision, until bound or not
         self.group_reported: dict[podgroups.GroupRef, tuple[str, float]] = {}  # the last FailedScheduling per group
         self.bindings_pause = threading.Condition()
@@ -227,6 +228,8 @@ class LiveScheduler:
                 self._apply(self.model.group_event(event[1], event[2], event[3], now=_now()))
             elif kind == "groups":
                 self._apply(self.model.groups_relisted(event[1], event[2], now=_now()))
+            elif kind == "gang-preempted":
+                self._on_gang_preempted(*event[1:])
             elif kind == "gang-cancelled":
                 self._on_gang_cancelled(*event[1:])
             elif kind == "preempted":
@@ -330,12 +333,21 @@ class LiveScheduler:
                        or f"waiting for PodGroup {ref.key} ({ref.api}) to be created")
             self._gang_waits(ref, None, members, message)
             return True
+        if ref in self.preempting and self._still_preempting(ref):  # waits for its victims to go
+            now = time.monotonic()
+            for member in members:
+                self.queue.failed(member.uid, now, unschedulable=True)
+            return True
         decision = gangs.place(self.framework, group, [m.facts for m in members], placed=placed, nominees=nominees)
         if decision.reason is not None:
             metrics.GANG_ATTEMPTS.labels("unschedulable").inc()
-            self._gang_waits(ref, group, members, decision.reason)
+            reason = decision.reason
+            if not gangs.missing(group, len(members), placed) and members:
+                reason = self._preempt_for_gang(group, members, placed, nominees, reason)
+            self._gang_waits(ref, group, members, reason)
             return True
         metrics.GANG_ATTEMPTS.labels("scheduled").inc()
+        self.preempting.pop(ref, None)
         by_uid = {m.uid: m for m in members}
         attempt = GangAttempt(ref)
         for facts, placement in decision.placements:
@@ -353,6 +365,60 @@ class LiveScheduler:
         self.group_reported.pop(ref, None)
         self.reporter.submit(self._write_group, group, "Normal", "Scheduled", message, scheduled=True)
         return True
+
+    def _preempt_for_gang(self, group: podgroups.PodGroup, members: list[watched.PendingPod], placed: int,
+                          nominees: list[tuple[Any, str]], reason: str) -> str:
+        """PostFilter for a gang as a unit (scheduler_core.gangs.preempt): evict only if the whole gang then fits.
+        The members are nominated to the nodes made room on; the gang is decided again once its victims are seen
+        going. Returns what the members' condition and the group's event say."""
+        metrics.PREEMPTION_ATTEMPTS.inc()
+        facts = [dataclasses.replace(m.facts, nominated_node=self.model.nominated.get(m.uid) or m.facts.nominated_node)
+                 for m in members]
+        plan = gangs.preempt(self.preemptor, group, facts, placed=placed, budgets=list(self.model.budgets.values()),
+                             nominees=nominees, offset=int(self.framework.rng.integers(1 << 30)))
+        if isinstance(plan, str):
+            return f"{reason}; {plan}"
+        by_uid = {m.uid: m for m in members}
+        nominated = [(by_uid[member.identity], node) for member, node in plan.nominations]
+        for member, node in nominated:
+            self.model.nominate(member.uid, node)
+        self.preempting[group.ref] = None
+        metrics.PREEMPTION_VICTIMS.observe(len(plan.victims))
+        message = (f"{reason}; preempting {len(plan.victims)} pod(s) of lower priority to place the gang: "
+                   f"{', '.join(victim.key for victim in plan.victims)}")
+        log.info("%s", message)
+        self.evictor.submit(self._carry_out_for_gang, group.ref, nominated, plan.victims, message)
+        return message
+
+    def _carry_out_for_gang(self, ref: podgroups.GroupRef, nominated: list[tuple[watched.PendingPod, str]],
+                            victims: tuple[pods.PodFacts, ...], message: str) -> None:
+        """Runs on an evictor thread: every member's nomination first, then each victim marked, deleted and told
+        (as _carry_out does for one pod); the first member is named as the preemptor."""
+        evicted: set[str] = set()
+        try:
+            for member, node in nominated:
+                self._write_unschedulable(member, message, nominate=node, event=False)
+            for victim in victims:
+                if not victim.terminating:
+                    self._evict(nominated[0][0], victim, victim.node_name or "")
+                evicted.add(victim.identity)
+        except (ApiException, HTTPError, OSError) as err:
+            log.warning("preemption for gang %s stopped: %s", ref, watching.describe_error(err))
+            self.events.put(("gang-preempted", ref, None))
+            return
+        self.events.put(("gang-preempted", ref, evicted))
+
+    def _on_gang_preempted(self, ref: podgroups.GroupRef, evicted: set[str] | None) -> None:
+        """The gang's preemption calls are done: its members wait for the victims to go (or, after a failure, the
+        gang may try again at once)."""
+        if evicted is None:
+            self.preempting.pop(ref, None)
+            _, members, _ = self.model.gang(ref)
+            for member in members:
+                self.queue.failed(member.uid, time.monotonic(), unschedulable=False)
+            return
+        self.preempting[ref] = evicted
+        self._still_preempting(ref)
 
     def _gang_waits(self, ref: podgroups.GroupRef, group: podgroups.PodGroup | None,
                     members: list[watched.PendingPod], message: str) -> None:
@@ -437,9 +503,9 @@ class LiveScheduler:
         self.evictor.submit(self._carry_out, pending, reason, outcome,
                              [self.model.pending[n.identity] for n, _ in cleared if n.identity in self.model.pending])
 
-    def _still_preempting(self, uid: str) -> bool:
-        """Whether the pod's last preemption is still under way: its API calls in flight, or a victim the watch
-        does not show gone or being deleted yet."""
+    def _still_preempting(self, uid: str | podgroups.GroupRef) -> bool:
+        """Whether the pod's (the gang's) last preemption is still under way: its API calls in flight, or a victim
+        the watch does not show gone or being deleted yet."""
         victims = self.preempting[uid]
         if victims is not None:
             assignments = self.model.cluster.assignments

@@ -24,6 +24,7 @@ SUFFIX = uuid.uuid4().hex[:5]
 SCHEDULER = f"gangs-{SUFFIX}"
 NAMESPACE = f"gangs-{SUFFIX}"
 GROUP, VERSION = "scheduling.x-k8s.io", "v1alpha1"
+PRIORITIES = {"low": 10, "high": 1000}
 
 
 def coscheduling_crd() -> Path:
@@ -55,10 +56,15 @@ def cluster(plane: Any, api: Any, scheduler_kubeconfig: Path, tmp_path_factory: 
     config = work / "config.yaml"
     config.write_text(f"schedulerName: {SCHEDULER}\n")
     state: dict[str, Any] = {"work": work, "config": config, "kubeconfig": scheduler_kubeconfig}
+    scheduling: Any = client.SchedulingV1Api(api)
+    for level, value in PRIORITIES.items():
+        scheduling.create_priority_class({"metadata": {"name": f"{level}-{SUFFIX}"}, "value": value})
     state["scheduler"] = start_scheduler(scheduler_kubeconfig, work, "--config", str(config), name="gangs-run")
     LOG_SOURCES.append(lambda: ("gpu-scheduler run (gangs)", state["scheduler"].logs()[-8000:]))
     yield state
     state["scheduler"].stop()
+    for level in PRIORITIES:
+        scheduling.delete_priority_class(f"{level}-{SUFFIX}")
 
 
 def pool(api: Any, name: str, count: int, gpus: int = 8) -> list[str]:
@@ -79,14 +85,18 @@ def podgroup(api: Any, name: str, min_member: int) -> Any:
          "spec": {"minMember": min_member}})
 
 
-def member(api: Any, name: str, group: str, pool_name: str, *, gpus: int = 8, node: str | None = None) -> Any:
+def member(api: Any, name: str, group: str | None, pool_name: str, *, gpus: int = 8, node: str | None = None,
+           priority_class: str | None = None) -> Any:
     spec: dict[str, Any] = {
         "schedulerName": SCHEDULER, "terminationGracePeriodSeconds": 0,
         "nodeSelector": {"e2e-pool": f"{pool_name}-{SUFFIX}"},
         "containers": [{"name": "worker", "image": "registry.invalid/pytorch:2", "resources": {"limits": {GPU: str(gpus)}}}]}
     if node:
         spec["nodeName"] = node
-    body = {"metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group}}, "spec": spec}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    body = {"metadata": {"name": name, "labels": labels}, "spec": spec}
     return client.CoreV1Api(api).create_namespaced_pod(NAMESPACE, body)
 
 
@@ -194,6 +204,35 @@ def test_after_a_restart_midway_the_gang_is_finished_without_placing_any_member_
     assert sorted(where.values()) == sorted(nodes)  # the two new ones on the two free nodes: nothing doubled
     scheduled = [m for reason, m in group_events(api, "restart") if reason == "Scheduled"]
     assert scheduled and "2 member(s) placed (2 placed before, minMember 4)" in scheduled[-1]
+
+
+def test_a_gang_preempts_lower_priority_pods_only_as_a_unit(api, cluster):
+    """Two nodes, each held by a low-priority pod, a third by a high-priority one: a high-priority gang of 2
+    evicts the two low ones and lands; a gang of 3 would need the high one gone too, and evicts nothing."""
+    nodes = pool(api, "evict", 3)
+    member(api, "evict-low-0", None, "evict", node=nodes[0], priority_class=f"low-{SUFFIX}")
+    member(api, "evict-low-1", None, "evict", node=nodes[1], priority_class=f"low-{SUFFIX}")
+    member(api, "evict-top", None, "evict", node=nodes[2], priority_class=f"high-{SUFFIX}")
+    podgroup(api, "evict-big", 3)
+    for i in range(3):
+        member(api, f"evict-big-{i}", "evict-big", "evict", priority_class=f"high-{SUFFIX}")
+    wait_for(lambda: any("preemption: room for 2/3 members" in m for r, m in group_events(api, "evict-big")
+                         if r == "FailedScheduling"), timeout=30, what="the big gang to find no whole room")
+    held = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={nodes[0]}").items
+    assert [(p.metadata.name, p.metadata.deletion_timestamp) for p in held] == [("evict-low-0", None)]  # untouched
+    for i in range(3):
+        client.CoreV1Api(api).delete_namespaced_pod(f"evict-big-{i}", NAMESPACE, grace_period_seconds=0)
+    podgroup(api, "evict", 2)
+    names = ["evict-0", "evict-1"]
+    for name in names:
+        member(api, name, "evict", "evict", priority_class=f"high-{SUFFIX}")
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="the gang bound after its preemption")
+    assert sorted(placement(api, names).values()) == nodes[:2]
+    remaining = {p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
+                 if p.metadata.name.startswith("evict-") and not p.metadata.name.startswith("evict-big")}
+    assert remaining == {"evict-top", "evict-0", "evict-1"}
+    preempted = client.CoreV1Api(api).list_namespaced_event(NAMESPACE, field_selector="reason=Preempted").items
+    assert {e.involved_object.name for e in preempted} >= {"evict-low-0", "evict-low-1"}
 
 
 # --- Kubernetes' alpha Workload API (scheduling.k8s.io/v1alpha2) ------------------------------------------

@@ -223,3 +223,44 @@ def test_the_watched_model_forms_a_rule_group_from_pending_and_placed_members():
     group, members, placed_count = model.gang(GroupRef(podgroups.RULE, "ns", "job-r"))
     assert group is not None and group.min_member == 3 and group.gang
     assert sorted(m.name for m in members) == ["w0", "w1"] and placed_count == 1
+
+
+# --- preemption for a gang as a unit ----------------------------------------------------------------------
+
+def occupied(*placed: tuple[str, str, int]) -> Any:
+    """A framework over 8-GPU nodes, each (pod, node, priority) holding all 8 GPUs of its node."""
+    from scheduler_core import preemption
+
+    framework = scheduler(*(node(name) for name in sorted({n for _, n, _ in placed} | {"n0", "n1"})))
+    for name, where, priority in placed:
+        facts = dataclasses.replace(pods.parse(pod(name, gpus=8, node_name=where)), priority=priority)
+        framework.cluster.restore(facts)
+    return preemption.Evaluator(framework)
+
+
+def urgent(count: int, priority: int = 100) -> list[pods.PodFacts]:
+    return [dataclasses.replace(m, priority=priority) for m in members(count)]
+
+
+def test_a_gang_preempts_only_when_the_whole_gang_then_fits():
+    evaluator = occupied(("low-0", "n0", 1), ("low-1", "n1", 1))
+    plan = gangs.preempt(evaluator, group(2), urgent(2))
+    assert isinstance(plan, gangs.GangPreemption)
+    assert sorted(v.key for v in plan.victims) == ["ns/low-0", "ns/low-1"]
+    assert sorted(node for _, node in plan.nominations) == ["n0", "n1"]
+    assert len(evaluator.cluster.assignments) == 2  # the model is as it was
+
+
+def test_no_pod_is_evicted_when_the_gang_would_still_not_fit():
+    evaluator = occupied(("low-0", "n0", 1), ("top-1", "n1", 1000))
+    plan = gangs.preempt(evaluator, group(2), urgent(2))
+    assert isinstance(plan, str) and plan.startswith("preemption: room for 1/2 members; ns/job-a-")
+    assert sorted(evaluator.cluster.assignments) == ["ns/low-0", "ns/top-1"]
+    assert all(len(a.devices) == 8 for a in evaluator.cluster.assignments.values())
+
+
+def test_members_that_fit_already_are_nominated_where_they_fit_and_evict_nothing():
+    evaluator = occupied(("low-1", "n1", 1))
+    plan = gangs.preempt(evaluator, group(2), urgent(2))
+    assert isinstance(plan, gangs.GangPreemption) and [v.key for v in plan.victims] == ["ns/low-1"]
+    assert sorted(node for _, node in plan.nominations) == ["n0", "n1"]

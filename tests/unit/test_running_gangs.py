@@ -121,7 +121,8 @@ def test_a_gang_that_does_not_fit_binds_no_member_and_says_so_once_on_its_podgro
     schedule_all(live)
     flush_reports(live)
     reason = ("gang ns/job-a: 3/4 members fit; 1 x 8 GPUs short (0/3 nodes are available: 3 Insufficient "
-              "nvidia.com/gpu)")
+              "nvidia.com/gpu); preemption: room for 3/4 members; ns/w3: 0/3 nodes are available: 3 No preemption "
+              "victims found for incoming pod.")
     assert live.bindings == [] and accounted(live) == {} and live.queue.parked() == 4
     assert [w for w in live.written if w[1] == "FailedScheduling"] == [("PodGroup/job-a", "FailedScheduling", reason)]
     assert all(live.reported[f"uid-w{i}"][0] == reason for i in range(4))
@@ -168,3 +169,41 @@ def test_a_member_that_fails_to_bind_sends_the_unbound_rest_back_and_bound_ones_
         held.run_next()
     assert sorted(pod for pod, _ in live.bindings) == ["ns/w0", "ns/w1", "ns/w1", "ns/w2"]
     assert sorted(accounted(live).values()) == ["n0", "n1", "n2"]  # w0 placed once, where it was bound
+
+
+def test_a_gang_preempts_as_a_unit_waits_for_its_victims_then_binds_whole(live, monkeypatch):
+    calls: list[tuple[str, str, Any]] = []
+    monkeypatch.setattr(running.rawapi, "request",
+                        lambda api, method, path, body, **_: calls.append((method, path, body)) or b"{}")
+    live._handle(("group", podgroups.COSCHEDULING, "ADDED", podgroup(min_member=2)))
+    victims = []
+    for name in ("n0", "n1", "n2"):
+        low = {**pending(f"low-{name}", gpus=8), "spec": {**pending(f"low-{name}", gpus=8)["spec"], "nodeName": name,
+                                                         "priority": 1}}
+        victims.append(low)
+        live._handle(("pod", "ADDED", low))
+    for name in ("w0", "w1"):
+        obj = member(name)
+        obj["spec"]["priority"] = 100
+        live._handle(("pod", "ADDED", obj))
+    schedule_all(live)
+    event = live.events.get(timeout=5)
+    assert event[0] == "gang-preempted" and len(event[2]) == 2
+    live._handle(event)
+    deleted = sorted(path.rsplit("/", 1)[-1] for method, path, _ in calls if method == "DELETE")
+    nominated = [body["status"]["nominatedNodeName"] for method, path, body in calls
+                 if method == "PATCH" and "nominatedNodeName" in body.get("status", {})]
+    assert len(deleted) == 2 and sorted(nominated) == sorted(f"n{name[-1]}" for name in deleted)
+    live.queue.cluster_changed()
+    before = len(calls)
+    schedule_all(live)  # the victims are not seen going yet: no second preemption, no binding
+    assert not [c for c in calls[before:] if c[0] == "DELETE"] and live.bindings == []
+    for low in victims:
+        if low["metadata"]["name"] in deleted:
+            live._handle(("pod", "DELETED", low))
+    live.queue.cluster_changed()
+    for uid in ("uid-w0", "uid-w1"):
+        live.queue.failed(uid, 0.0, unschedulable=False)
+    schedule_all(live)
+    bind_all(live)
+    assert sorted(node for _, node in live.bindings) == sorted(nominated)
