@@ -98,6 +98,8 @@ class LiveScheduler:
         self.preempting: dict[str | podgroups.GroupRef, set[str] | None] = {}
         self.gang_attempts: dict[str, GangAttempt] = {}  # member uid -> its gang decision, until bound or not
         self.group_reported: dict[podgroups.GroupRef, tuple[str, float]] = {}  # the last FailedScheduling per group
+        self.partial_since: dict[podgroups.GroupRef, float] = {}  # gangs partly placed and waiting, since
+        self.timed_out: set[podgroups.GroupRef] = set()  # those told they waited past scheduleTimeoutSeconds
         self.bindings_pause = threading.Condition()
         self.stopped = threading.Event()
         self.alive = threading.Event()
@@ -344,10 +346,12 @@ class LiveScheduler:
             reason = decision.reason
             if not gangs.missing(group, len(members), placed) and members:
                 reason = self._preempt_for_gang(group, members, placed, nominees, reason)
-            self._gang_waits(ref, group, members, reason)
+            self._gang_waits(ref, group, members, reason, placed=placed)
             return True
         metrics.GANG_ATTEMPTS.labels("scheduled").inc()
         self.preempting.pop(ref, None)
+        self.partial_since.pop(ref, None)
+        self.timed_out.discard(ref)
         by_uid = {m.uid: m for m in members}
         attempt = GangAttempt(ref)
         for facts, placement in decision.placements:
@@ -421,21 +425,43 @@ class LiveScheduler:
         self._still_preempting(ref)
 
     def _gang_waits(self, ref: podgroups.GroupRef, group: podgroups.PodGroup | None,
-                    members: list[watched.PendingPod], message: str) -> None:
+                    members: list[watched.PendingPod], message: str, *, placed: int = 0) -> None:
         """No member of the group is placed: each waits parked with the reason in its PodScheduled condition, and
-        the group gets one FailedScheduling event (its members each get one while its PodGroup is not there)."""
+        the group gets one FailedScheduling event (its members each get one while its PodGroup is not there).
+
+        A gang some of whose members are placed already (a binding failed, members were re-created) holds their
+        GPUs while the rest waits. Past its scheduleTimeoutSeconds, that is said once on the PodGroup (a
+        `GangTimeout` event naming the members holding room; coscheduling's phase `Unknown`, which its API defines
+        as exactly this): bound pods are not unbound, and their owner decides what to do."""
         now = time.monotonic()
         for member in members:
             self.queue.failed(member.uid, now, unschedulable=True)
             self._report_unschedulable(member, message, event=group is None)
+        if group is None:
+            return
+        if group.gang and 0 < placed < group.min_member:
+            since = self.partial_since.setdefault(ref, now)
+            if now - since > group.timeout_seconds and ref not in self.timed_out:
+                self.timed_out.add(ref)
+                holding = sorted(self.model.cluster.assignments[uid].pod.key
+                                 for uid in self.model.cluster.group_pods.get(ref, ()))
+                timeout = (f"gang {ref.key}: {placed}/{group.min_member} members placed for more than "
+                           f"{group.timeout_seconds} s (scheduleTimeoutSeconds) while the rest cannot be; "
+                           f"{', '.join(holding)} hold their room meanwhile")
+                log.warning("%s", timeout)
+                self.reporter.submit(self._write_group, group, "Warning", "GangTimeout", timeout, scheduled=False,
+                                     phase="Unknown")
+        else:
+            self.partial_since.pop(ref, None)
+            self.timed_out.discard(ref)
         last = self.group_reported.get(ref)
-        if group is None or (last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL):
+        if last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.group_reported[ref] = (message, now)
         self.reporter.submit(self._write_group, group, "Warning", "FailedScheduling", message, scheduled=False)
 
     def _write_group(self, group: podgroups.PodGroup, kind: str, reason: str, message: str, *,
-                     scheduled: bool) -> None:
+                     scheduled: bool, phase: str | None = None) -> None:
         """Runs on a reporter thread: the group's event, and its status where its API has one the scheduler keeps
         (the Workload API's PodGroupScheduled condition, which never goes back from True, as upstream's; the phase
         of a coscheduling PodGroup: Pending until minMember members are placed, then Scheduling)."""
@@ -449,8 +475,8 @@ class LiveScheduler:
                 "type": podgroups.PODGROUP_SCHEDULED, "status": "True" if scheduled else "False",
                 "reason": "Scheduled" if scheduled else "Unschedulable", "message": message[:events.MAX_MESSAGE],
                 "observedGeneration": group.generation, "lastTransitionTime": _timestamp()}]}
-        elif ref.api == podgroups.COSCHEDULING and group.phase in (None, "Pending", "Scheduling"):
-            status = {"phase": "Scheduling" if scheduled else "Pending"}
+        elif ref.api == podgroups.COSCHEDULING and group.phase in (None, "Pending", "Scheduling", "Unknown"):
+            status = {"phase": phase or ("Scheduling" if scheduled else "Pending")}
             if scheduled and group.phase != "Scheduling":
                 status["scheduleStartTime"] = _timestamp()
         if status is None:

@@ -207,3 +207,26 @@ def test_a_gang_preempts_as_a_unit_waits_for_its_victims_then_binds_whole(live, 
     schedule_all(live)
     bind_all(live)
     assert sorted(node for _, node in live.bindings) == sorted(nominated)
+
+
+def test_a_gang_partly_placed_past_its_timeout_is_told_once_with_who_holds_room(live):
+    group = podgroup(min_member=3)
+    group["spec"]["scheduleTimeoutSeconds"] = 5
+    live._handle(("group", podgroups.COSCHEDULING, "ADDED", group))
+    first = member("w0")
+    live._handle(("pod", "ADDED", {**first, "spec": {**first["spec"], "nodeName": "n0"}}))  # bound before
+    for name in ("w1", "w2"):
+        live._handle(("pod", "ADDED", member(name, gpus=16)))  # fit no node
+    schedule_all(live)
+    ref = podgroups.GroupRef(podgroups.COSCHEDULING, "ns", "job-a")
+    assert ref in live.partial_since and ref not in live.timed_out
+    live.partial_since[ref] -= 6
+    for _ in range(2):
+        live.queue.cluster_changed()
+        for uid in ("uid-w1", "uid-w2"):
+            live.queue.failed(uid, 0.0, unschedulable=False)
+        schedule_all(live)
+    flush_reports(live)
+    told = [w for w in live.written if w[1] == "GangTimeout"]
+    assert told == [("PodGroup/job-a", "GangTimeout", "gang ns/job-a: 1/3 members placed for more than 5 s "
+                     "(scheduleTimeoutSeconds) while the rest cannot be; ns/w0 hold their room meanwhile")]
