@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import yaml
 
-from scheduler_core import names, objects, profile
+from scheduler_core import names, objects, podgroups, profile
 from webhook import selectors
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -36,6 +36,8 @@ _RESERVED_ANNOTATIONS = {
     profile.DELETION_COST_ANNOTATION: "set.deletionCost",
     profile.RULE_ANNOTATION: "nothing (the webhook writes it)",
     profile.INITIAL_COST_ANNOTATION: "nothing (the webhook writes it)",
+    podgroups.GROUP_ANNOTATION: "set.podGroup",
+    podgroups.MIN_MEMBER_ANNOTATION: "set.podGroup",
     DEVICES_ANNOTATION: "nothing (the scheduler writes it)",
 }
 
@@ -49,6 +51,31 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class ValueSource:
+    """A pod label or annotation whose value a rule copies (`{label: KEY}` or `{annotation: KEY}`)."""
+
+    kind: Literal["label", "annotation"]
+    key: str  # label-key syntax, checked when the config loads
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+@dataclass(frozen=True)
+class PodGroupAction:
+    """`set.podGroup`: a gang named by a pod label or annotation, for jobs whose operator emits no PodGroup.
+
+    Written as gpu-scheduler.io/pod-group and gpu-scheduler.io/pod-group-min-member, both or neither
+    (webhook.rules.pod_group_annotations). Values are copied as the pod has them: the scheduler, not the
+    webhook, judges them, and says on the pod what is wrong (scheduler_core.podgroups.membership).
+    """
+
+    name_from: ValueSource  # its value names the group
+    min_member: int | None = None  # a fixed count, 1..MAX_MIN_MEMBER; exactly one of this and min_member_from
+    min_member_from: ValueSource | None = None  # its value, as text, is the count
+
+
+@dataclass(frozen=True)
 class RuleActions:
     """What a matching rule writes onto the pod (the rule's `set`)."""
 
@@ -58,9 +85,10 @@ class RuleActions:
     deletion_cost: int | None = None  # -> pod-deletion-cost; None: admission.deletionCost.initial
     annotations: tuple[tuple[str, str], ...] = ()  # further annotations, never overwriting
     labels: tuple[tuple[str, str], ...] = ()  # labels, never overwriting
+    pod_group: PodGroupAction | None = None  # -> gpu-scheduler.io/pod-group and -min-member, from the pod's values
 
     def annotation_items(self) -> list[tuple[str, str]]:
-        """Every annotation the rule sets, except deletion cost and the rule name."""
+        """Every annotation the rule sets alike on every pod: not deletion cost, the rule name, nor a pod group."""
         items = []
         if self.gpu_model is not None:
             items.append((MODEL_ANNOTATION, self.gpu_model))
@@ -245,7 +273,7 @@ def _rule(check: _Checker, value: object, path: str) -> Rule | None:
 
 
 def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
-    fields = {"gpuModel", "gpuMemoryMiB", "spot", "deletionCost", "annotations", "labels"}
+    fields = {"gpuModel", "gpuMemoryMiB", "spot", "deletionCost", "annotations", "labels", "podGroup"}
     raw = check.mapping(value, path, fields)
     if raw is None:
         return None
@@ -256,6 +284,7 @@ def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
         deletion_cost=check.optional(raw, "deletionCost", path, _int32, None),
         annotations=check.optional(raw, "annotations", path, _annotations, ()),
         labels=check.optional(raw, "labels", path, _labels, ()),
+        pod_group=check.optional(raw, "podGroup", path, _pod_group, None),
     )
     for key, _ in actions.annotations:
         if key in _RESERVED_ANNOTATIONS:
@@ -264,6 +293,24 @@ def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
                 f"reserved annotation; set it with {_RESERVED_ANNOTATIONS[key]}",
             )
     return actions
+
+
+def _pod_group(check: _Checker, value: object, path: str) -> PodGroupAction | None:
+    before = len(check.problems)
+    raw = check.mapping(value, path, {"nameFrom", "minMember", "minMemberFrom"})
+    if raw is None:
+        return None
+    if "nameFrom" not in raw:
+        check.fail(_join(path, "nameFrom"), "required")
+    name_from = check.optional(raw, "nameFrom", path, _value_source, None)
+    given = [key for key in ("minMember", "minMemberFrom") if key in raw]
+    if len(given) != 1:
+        check.fail(path, f"must have exactly one of minMember and minMemberFrom, got {'both' if given else 'neither'}")
+    min_member = check.optional(raw, "minMember", path, _min_member, None)
+    min_member_from = check.optional(raw, "minMemberFrom", path, _value_source, None)
+    if len(check.problems) > before or name_from is None:
+        return None
+    return PodGroupAction(name_from, min_member=min_member, min_member_from=min_member_from)
 
 
 def _scheduling(check: _Checker, value: object, path: str) -> profile.Scheduling | None:
@@ -328,6 +375,14 @@ def _int32(check: _Checker, value: object, path: str) -> int | None:
     number = _integer(value)
     if number is None or not INT32_MIN <= number <= INT32_MAX:
         check.fail(path, f"must be an integer from {INT32_MIN} to {INT32_MAX}, got {_show(value)}")
+        return None
+    return number
+
+
+def _min_member(check: _Checker, value: object, path: str) -> int | None:
+    number = _integer(value)
+    if number is None or not 1 <= number <= podgroups.MAX_MIN_MEMBER:
+        check.fail(path, f"must be an integer from 1 to {podgroups.MAX_MIN_MEMBER}, got {_show(value)}")
         return None
     return number
 
@@ -438,6 +493,30 @@ def _annotations(check: _Checker, value: object, path: str) -> tuple[tuple[str, 
 
 def _labels(check: _Checker, value: object, path: str) -> tuple[tuple[str, str], ...] | None:
     return _string_map(check, value, path, names.label_value_problem)
+
+
+def _value_source(check: _Checker, value: object, path: str) -> ValueSource | None:
+    """`{label: KEY}` or `{annotation: KEY}`: exactly one, and a key the apiserver would accept."""
+    if not isinstance(value, Mapping):
+        check.fail(path, f"must be {{label: KEY}} or {{annotation: KEY}}, got {_show(value)}")
+        return None
+    before = len(check.problems)
+    check.mapping(value, path, {"label", "annotation"})
+    if len(check.problems) > before:
+        return None
+    if len(value) != 1:
+        check.fail(path, f"must be {{label: KEY}} or {{annotation: KEY}}, got {_show(value)}")
+        return None
+    kind, raw = next(iter(value.items()))
+    key_path = _join(path, kind)
+    key = _string(check, raw, key_path)
+    if key is None:
+        return None
+    problem = names.qualified_name_problem(key)
+    if problem:
+        check.fail(key_path, f"{problem}, got {_show(key)}")
+        return None
+    return ValueSource("label" if kind == "label" else "annotation", key)
 
 
 def _weights(check: _Checker, value: object, path: str) -> tuple[tuple[str, int], ...] | None:

@@ -28,10 +28,11 @@ class Decision:
     gpus: Fraction | None = None
     namespace_unknown: bool = False  # namespace labels could not be read
     skipped: tuple[tuple[str, str], ...] = ()  # (rule, why it did not match) for the rules before the match
+    notes: tuple[str, ...] = ()  # what the matched rule left unwritten, and why
 
     def explanation(self) -> tuple[str, ...]:
-        """A line for each rule skipped before the match and why, then the outcome."""
-        return (*(f"rule {name!r} skipped: {why}" for name, why in self.skipped), self.reason)
+        """A line for each rule skipped before the match and why, then the outcome, then the notes."""
+        return (*(f"rule {name!r} skipped: {why}" for name, why in self.skipped), self.reason, *self.notes)
 
 
 def decide(
@@ -69,6 +70,11 @@ def decide(
 
     existing = rules.annotations_of(pod)
     wanted = [(k, v) for k, v in rule.actions.annotation_items() if k not in existing]
+    notes: tuple[str, ...] = ()
+    if rule.actions.pod_group is not None:
+        group, why_not = rules.pod_group_annotations(rule.actions.pod_group, pod)
+        wanted += [(k, v) for k, v in group if k not in existing]
+        notes = (f"set.podGroup: no group annotations: {why_not}",) if why_not else ()
     cost = admission.initial_deletion_cost if rule.actions.deletion_cost is None else rule.actions.deletion_cost
     if profile.DELETION_COST_ANNOTATION not in existing:
         wanted.append((profile.DELETION_COST_ANNOTATION, str(cost)))
@@ -80,7 +86,7 @@ def decide(
     labels = rules.labels_of(pod)
     patch += _add_to_map(pod, "labels", [(k, v) for k, v in rule.actions.labels if k not in labels])
     return Decision(patch=patch, rule=rule.name, reason=f"matched rule {rule.name!r}", gpus=gpus,
-                    namespace_unknown=unknown, skipped=skipped)
+                    namespace_unknown=unknown, skipped=skipped, notes=notes)
 
 
 def escape(key: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from scheduler_core import fields, quantity, requests
+from scheduler_core import fields, podgroups, quantity, requests
 from webhook import config, selectors
 
 GPU_MILLI = 1000
@@ -86,6 +86,37 @@ def _relevant(selector: selectors.LabelSelector, labels: Mapping[str, str]) -> s
     """The labels a selector looks at, as the object has them: `job-type=inference, no team`."""
     keys = dict.fromkeys(r.key for r in selector.requirements)
     return ", ".join(f"{key}={labels[key]}" if key in labels else f"no {key}" for key in keys) or "no labels"
+
+
+def pod_group_annotations(
+    action: config.PodGroupAction, pod: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The group annotations `set.podGroup` writes on this pod, both or neither, and why neither.
+
+    Neither when the pod already names its group (the user's or an earlier admission's word stands), lacks
+    the name, or lacks `minMemberFrom`: a name without a count would make a pod that waits on a problem
+    rather than one scheduled alone. Values are copied raw: the scheduler reports a bad one on the pod.
+    """
+    existing = annotations_of(pod).get(podgroups.GROUP_ANNOTATION)
+    if existing is not None:
+        return [], f"the pod already has {podgroups.GROUP_ANNOTATION} {fields.shown(existing)}"
+    name = value_of(pod, action.name_from)
+    if name is None:
+        return [], f"the pod has no {action.name_from} (nameFrom)"
+    if not name:
+        return [], f"the pod's {action.name_from} (nameFrom) is empty"
+    if action.min_member_from is None:
+        return [(podgroups.GROUP_ANNOTATION, name), (podgroups.MIN_MEMBER_ANNOTATION, str(action.min_member))], None
+    count = value_of(pod, action.min_member_from)
+    if count is None:
+        return [], f"the pod has no {action.min_member_from} (minMemberFrom)"
+    return [(podgroups.GROUP_ANNOTATION, name), (podgroups.MIN_MEMBER_ANNOTATION, count)], None
+
+
+def value_of(pod: Mapping[str, Any], source: config.ValueSource) -> str | None:
+    """The pod's label or annotation that `source` names; None when absent (or not a string)."""
+    value = (labels_of(pod) if source.kind == "label" else annotations_of(pod)).get(source.key)
+    return value if isinstance(value, str) else None
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:

@@ -134,7 +134,7 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
          ['admission.rules[0].set.spot: must be one of prefer, avoid, require, forbid, got "maybe"']),
         ("admission: {rules: [{name: a, set: {gpuModle: A100}}]}",
          ["admission.rules[0].set.gpuModle: unknown field; expected one of annotations, deletionCost, "
-          "gpuMemoryMiB, gpuModel, labels, spot"]),
+          "gpuMemoryMiB, gpuModel, labels, podGroup, spot"]),
         ("admission: {rules: [{name: a, set: {annotations: {gpu.nvidia.com/model: A100}}}]}",
          ["admission.rules[0].set.annotations.gpu.nvidia.com/model: reserved annotation; set it with "
           "set.gpuModel"]),
@@ -191,6 +191,85 @@ def test_invalid_documents_name_the_path_and_the_value(text, expected):
         assert len(found) == 1 and found[0].startswith("not valid YAML:")
     else:
         assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("pod_group", "expected"),
+    [
+        ("{nameFrom: {label: training.kubeflow.org/job-name}, minMember: 8}",
+         config.PodGroupAction(config.ValueSource("label", "training.kubeflow.org/job-name"), min_member=8)),
+        ("{nameFrom: {annotation: example.com/gang}, minMember: 1}",
+         config.PodGroupAction(config.ValueSource("annotation", "example.com/gang"), min_member=1)),
+        ("{nameFrom: {label: job}, minMember: 100000}",
+         config.PodGroupAction(config.ValueSource("label", "job"), min_member=100000)),
+        ("{nameFrom: {label: job}, minMemberFrom: {annotation: example.com/replicas}}",
+         config.PodGroupAction(config.ValueSource("label", "job"),
+                               min_member_from=config.ValueSource("annotation", "example.com/replicas"))),
+        ("{nameFrom: {label: job}, minMemberFrom: {label: replicas}}",
+         config.PodGroupAction(config.ValueSource("label", "job"),
+                               min_member_from=config.ValueSource("label", "replicas"))),
+    ],
+)
+def test_set_pod_group_valid_forms(pod_group, expected):
+    settings = load(f"admission: {{rules: [{{name: a, set: {{podGroup: {pod_group}}}}}]}}")
+    actions = settings.admission.rules[0].actions
+    assert actions.pod_group == expected
+    assert actions.annotation_items() == []  # written per pod, from its own values (webhook.rules)
+
+
+P = "admission.rules[0].set.podGroup"
+
+
+@pytest.mark.parametrize(
+    ("pod_group", "expected"),
+    [
+        ("8", [f"{P}: must be a mapping, got 8"]),
+        ("{}", [f"{P}.nameFrom: required", f"{P}: must have exactly one of minMember and minMemberFrom, got neither"]),
+        ("{minMember: 8}", [f"{P}.nameFrom: required"]),
+        ("{nameFrom: {label: job}}", [f"{P}: must have exactly one of minMember and minMemberFrom, got neither"]),
+        ("{nameFrom: {label: job}, minMember: 8, minMemberFrom: {label: n}}",
+         [f"{P}: must have exactly one of minMember and minMemberFrom, got both"]),
+        ("{nameFrom: {label: job}, minMembers: 8}",
+         [f"{P}.minMembers: unknown field; expected one of minMember, minMemberFrom, nameFrom",
+          f"{P}: must have exactly one of minMember and minMemberFrom, got neither"]),
+        ("{nameFrom: {label: job}, minMember: 8x}",
+         [f'{P}.minMember: must be an integer from 1 to 100000, got "8x"']),
+        ("{nameFrom: {label: job}, minMember: '8'}", [f'{P}.minMember: must be an integer from 1 to 100000, got "8"']),
+        ("{nameFrom: {label: job}, minMember: 0}", [f"{P}.minMember: must be an integer from 1 to 100000, got 0"]),
+        ("{nameFrom: {label: job}, minMember: -2}", [f"{P}.minMember: must be an integer from 1 to 100000, got -2"]),
+        ("{nameFrom: {label: job}, minMember: 100001}",
+         [f"{P}.minMember: must be an integer from 1 to 100000, got 100001"]),
+        ("{nameFrom: {label: job}, minMember: 2.5}", [f"{P}.minMember: must be an integer from 1 to 100000, got 2.5"]),
+        ("{nameFrom: {label: job}, minMember: true}",
+         [f"{P}.minMember: must be an integer from 1 to 100000, got true"]),
+        ("{nameFrom: job, minMember: 8}", [f'{P}.nameFrom: must be {{label: KEY}} or {{annotation: KEY}}, got "job"']),
+        ("{nameFrom: {}, minMember: 8}", [f"{P}.nameFrom: must be {{label: KEY}} or {{annotation: KEY}}, got {{}}"]),
+        ("{nameFrom: {label: a, annotation: b}, minMember: 8}",
+         [f'{P}.nameFrom: must be {{label: KEY}} or {{annotation: KEY}}, got {{"label": "a", "annotation": "b"}}']),
+        ("{nameFrom: {lable: job}, minMember: 8}",
+         [f"{P}.nameFrom.lable: unknown field; expected one of annotation, label"]),
+        ("{nameFrom: {label: 'bad key!'}, minMember: 8}",
+         [f'{P}.nameFrom.label: name part {names.NAME_RULE}, got "bad key!"']),
+        ("{nameFrom: {label: ''}, minMember: 8}", [f'{P}.nameFrom.label: must be a non-empty string, got ""']),
+        ("{nameFrom: {annotation: 3}, minMember: 8}", [f"{P}.nameFrom.annotation: must be a non-empty string, got 3"]),
+        ("{nameFrom: {label: job}, minMemberFrom: {annotation: /replicas}}",
+         [f'{P}.minMemberFrom.annotation: prefix part must be non-empty, got "/replicas"']),
+        ("{nameFrom: {label: job}, minMemberFrom: 8}",
+         [f"{P}.minMemberFrom: must be {{label: KEY}} or {{annotation: KEY}}, got 8"]),
+        ("{nameFrom: {label: 'Bad_Prefix/job'}, minMember: 0}",
+         [f"{P}.nameFrom.label: prefix part {names.SUBDOMAIN_RULE}, got \"Bad_Prefix/job\"",
+          f"{P}.minMember: must be an integer from 1 to 100000, got 0"]),
+    ],
+)
+def test_set_pod_group_invalid_forms_name_the_path_and_the_value(pod_group, expected):
+    assert problems(f"admission: {{rules: [{{name: a, set: {{podGroup: {pod_group}}}}}]}}") == expected
+
+
+@pytest.mark.parametrize("key", ["gpu-scheduler.io/pod-group", "gpu-scheduler.io/pod-group-min-member"])
+def test_the_group_annotations_are_reserved_for_set_pod_group(key):
+    assert problems(f"admission: {{rules: [{{name: a, set: {{annotations: {{{key}: x}}}}}}]}}") == [
+        f"admission.rules[0].set.annotations.{key}: reserved annotation; set it with set.podGroup"
+    ]
 
 
 def test_every_problem_is_reported_not_just_the_first():
