@@ -2,6 +2,7 @@
 
 The adapter around `scheduler_core.openb`: reads the CSVs, fans (policy, seed) replays out to
 worker processes, shows progress on stderr, prints the table or the JSON contract, draws the plot.
+With `--gangs` each (policy, seed) is replayed twice, its jobs placed pod by pod and as gangs.
 """
 
 from __future__ import annotations
@@ -70,49 +71,56 @@ def _start_worker(trace: openb.Trace, progress: Any) -> None:
     _trace, _progress = trace, progress
 
 
-def _replay(policy: str, seed: int) -> tuple[str, openb.Replay, float]:
+def _replay(policy: str, seed: int, mode: openb.JobMode | None) -> tuple[str, openb.Replay, float]:
     assert _trace is not None
     started = time.perf_counter()
-    result = openb.replay(_trace, policy, seed, progress=lambda done: _progress.put((policy, done)))
+    result = openb.replay(_trace, policy, seed, jobs=mode, progress=lambda done: _progress.put((policy, done)))
     return policy, result, time.perf_counter() - started
 
 
-def run(trace: openb.Trace, policies: Sequence[str], seeds: Sequence[int], *, jobs: int, show_progress: bool = True
-        ) -> dict[str, Any]:
-    """Every policy over every seed; returns the `--json` document, plus per-policy curves and times."""
+def run(trace: openb.Trace, policies: Sequence[str], seeds: Sequence[int], *, jobs: int, gangs: bool = False,
+        show_progress: bool = True) -> dict[str, Any]:
+    """Every policy over every seed (with `gangs`, in both job modes); returns the `--json` document, plus
+    per-policy curves and times."""
     from tqdm import tqdm
 
     for policy in policies:
         if policy not in openb.POLICIES:
             raise BenchError(f"--policy {policy!r}: expected one of {', '.join(openb.POLICIES)}")
+    modes: tuple[openb.JobMode | None, ...] = ("pod-by-pod", "gang") if gangs else (None,)
     pods_per_seed = {seed: len(openb.arrival_order(trace, seed)) for seed in seeds}
-    bars = {policy: tqdm(total=sum(pods_per_seed.values()), desc=f"{policy:>10}", unit="pod", file=sys.stderr,
-                         disable=not show_progress, position=i, leave=True) for i, policy in enumerate(policies)}
-    replays: dict[str, list[openb.Replay]] = {policy: [] for policy in policies}
-    seconds: dict[str, float] = dict.fromkeys(policies, 0.0)
+    bars = {policy: tqdm(total=sum(pods_per_seed.values()) * len(modes), desc=f"{policy:>10}", unit="pod",
+                         file=sys.stderr, disable=not show_progress, position=i, leave=True)
+            for i, policy in enumerate(policies)}
+    replays: dict[tuple[str, str | None], list[openb.Replay]] = {(p, m): [] for p in policies for m in modes}
+    seconds: dict[tuple[str, str | None], float] = dict.fromkeys(replays, 0.0)
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with context.Manager() as manager:
         progress = manager.Queue()
         with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
                                          initargs=(trace, progress)) as pool:
-            pending = {pool.submit(_replay, policy, seed) for policy in policies for seed in seeds}
+            pending = {pool.submit(_replay, policy, seed, mode) for policy in policies for seed in seeds
+                       for mode in modes}
             while pending:
                 done, pending = futures.wait(pending, timeout=0.5, return_when=futures.FIRST_COMPLETED)
                 _drain(progress, bars)
                 for finished in done:
                     policy, result, elapsed = finished.result()
-                    replays[policy].append(result)
-                    seconds[policy] += elapsed
+                    replays[policy, result.mode].append(result)
+                    seconds[policy, result.mode] += elapsed
             _drain(progress, bars)
     for bar in bars.values():
         bar.close()
     document: dict[str, Any] = {"policies": {}}
     for policy in policies:
-        ordered = sorted(replays[policy], key=lambda r: r.seed)
-        entry = openb.summary(ordered)
-        entry["cpu_seconds"] = round(seconds[policy], 1)
+        plain = sorted(replays[policy, modes[0]], key=lambda r: r.seed)  # pod by pod: the protocol's own figures
+        entry = openb.summary(plain)
+        entry["cpu_seconds"] = round(seconds[policy, modes[0]], 1)
+        if gangs:
+            entry["gangs"] = openb.gang_summary(plain, sorted(replays[policy, "gang"], key=lambda r: r.seed))
+            entry["gangs"]["gang"]["cpu_seconds"] = round(seconds[policy, "gang"], 1)
         document["policies"][policy] = entry
-    curves = {policy: np.mean([r.curve for r in replays[policy]], axis=0) for policy in policies}
+    curves = {policy: np.mean([r.curve for r in replays[policy, modes[0]]], axis=0) for policy in policies}
     return {"document": document, "curves": curves}
 
 
@@ -131,6 +139,22 @@ def table(document: dict[str, Any]) -> str:
     for policy, entry in document["policies"].items():
         cells = "".join(f"{entry['alloc_ratio'][p]:>9.2f} ± {entry['alloc_ratio_std'][p]:<4.2f}" for p in points)
         lines.append(f"{policy:<11}{cells}{entry['cpu_seconds']:>9.0f}")
+    return "\n".join(lines)
+
+
+def gang_table(document: dict[str, Any]) -> str:
+    """Gang mode, per policy: the ratios with each job whole or not at all, then jobs placed whole and the GPUs
+    held by jobs only partly placed, placing jobs as gangs against placing their pods one by one."""
+    points = [str(p) for p in openb.CHECKPOINTS]
+    lines = [f"{'policy':<11}" + "".join(f"{p + '%':>16}" for p in points)
+             + f"{'whole jobs':>22}{'GPUs in partial jobs':>24}",
+             f"{'':<11}{'':>{16 * len(points)}}{'gang / pod by pod':>22}{'gang / pod by pod':>24}"]
+    for policy, entry in document["policies"].items():
+        gang, pod_by_pod = entry["gangs"]["gang"], entry["gangs"]["pod_by_pod"]
+        cells = "".join(f"{gang['alloc_ratio'][p]:>9.2f} ± {gang['alloc_ratio_std'][p]:<4.2f}" for p in points)
+        whole = f"{gang['jobs_whole']:.1f} / {pod_by_pod['jobs_whole']:.1f}"
+        held = f"{gang['partial_job_gpus']:.1f} / {pod_by_pod['partial_job_gpus']:.1f}"
+        lines.append(f"{policy:<11}{cells}{whole:>22}{held:>24}")
     return "\n".join(lines)
 
 
@@ -161,13 +185,13 @@ def plot(curves: dict[str, np.ndarray], path: Path, *, title: str) -> None:
 
 
 def main(nodes_csv: Path, pods_csv: Path, *, seeds_text: str, policies: Sequence[str] | None, as_json: bool,
-         plot_path: Path | None, jobs: int | None) -> int:
+         plot_path: Path | None, jobs: int | None, gangs: bool = False) -> int:
     seeds = parse_seeds(seeds_text)
     chosen = list(dict.fromkeys(policies or openb.POLICIES))
     trace = load_trace(nodes_csv, pods_csv)
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(seeds) * len(chosen)))
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(seeds) * len(chosen) * (2 if gangs else 1)))
     started = time.perf_counter()
-    result = run(trace, chosen, seeds, jobs=workers)
+    result = run(trace, chosen, seeds, jobs=workers, gangs=gangs)
     document = result["document"]
     if as_json:
         print(json.dumps(document, indent=2))
@@ -176,6 +200,13 @@ def main(nodes_csv: Path, pods_csv: Path, *, seeds_text: str, policies: Sequence
               f"{len(trace.pod_facts)} pods; seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}); "
               f"GPU allocation ratio % (mean ± std over seeds) when the arrived demand reaches:")
         print(table(document))
+        if gangs:
+            first = next(iter(document["policies"].values()))["gangs"]
+            low, high = openb.JOB_SIZES
+            print(f"\ngangs: the arrivals asking for more than one GPU grouped into jobs of {low}-{high} pods "
+                  f"({first['jobs']:.1f} jobs of {first['job_pods']:.1f} pods per seed, mean), each placed whole "
+                  f"or not at all; the same jobs placed pod by pod are the table above:")
+            print(gang_table(document))
         print(f"wall time {time.perf_counter() - started:.0f} s with {workers} worker process(es)")
     if plot_path is not None:
         plot(result["curves"], plot_path, title=f"openb {pods_csv.stem.removeprefix('openb_pod_list_')}")

@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--nodes", type=Path, metavar="FILE",
                           help="Node objects (YAML/JSON, List or stream), and CSINodes for their volume limits")
     simulate.add_argument("--pods", type=Path, metavar="FILE",
-                          help="Pod objects, Namespace objects for their labels, and the storage their volumes use: "
+                          help="Pod objects, Namespace objects for their labels, PodGroup objects for their pod "
+                               "groups (coscheduling, Workload API, Volcano), and the storage their volumes use: "
                                "PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSIDrivers, "
                                "CSIStorageCapacities, VolumeAttachments")
     simulate.add_argument("--config", type=Path, metavar="FILE", help="config.yaml or a ConfigMap manifest")
@@ -218,6 +219,10 @@ def _parser() -> argparse.ArgumentParser:
     bench_openb.add_argument("--plot", type=Path, metavar="FILE.png",
                              help="draw allocation ratio against arrived demand, one line per policy")
     bench_openb.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: the CPU count)")
+    bench_openb.add_argument("--gangs", action="store_true",
+                             help="also group the pods asking for more than one GPU into jobs of 2-16 (drawn from "
+                                  "the seed), place each job whole or not at all, and show the GPUs that jobs only "
+                                  "partly placed hold, against the same jobs placed pod by pod")
     bench_openb.set_defaults(run=_bench_openb)
     return parser
 
@@ -250,7 +255,7 @@ def _bench_openb(args: argparse.Namespace) -> int:
     nodes, pods = _openb_files(args)
     try:
         return bench.main(nodes, pods, seeds_text=args.seeds, policies=args.policy, as_json=args.json,
-                          plot_path=args.plot, jobs=args.jobs)
+                          plot_path=args.plot, jobs=args.jobs, gangs=args.gangs)
     except bench.BenchError as err:
         raise UsageError(str(err)) from err
 
@@ -356,7 +361,8 @@ def _simulate(args: argparse.Namespace) -> int:
     settings = _load_config(str(paths["--config"]))
     storage_kinds = volumes.KINDS
     node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",), also=storage_kinds)
-    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"), also=storage_kinds)
+    pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"),
+                                also=(*storage_kinds, "PodGroup"))
     storage = [obj for obj in node_objects + pod_objects if obj.get("kind") in storage_kinds]
     try:
         result = simulation.simulate([obj for obj in node_objects if obj.get("kind") == "Node"],
@@ -401,6 +407,9 @@ def _simulation_table(result: Any) -> str:
         share = 100 * usage.used_milli / (usage.gpus * 1000)
         lines.append(f"  {usage.model:<28} {usage.nodes} node(s) {usage.gpus:>3} GPUs  "
                      f"{usage.used_milli / 1000:>6.2f} allocated ({share:.0f}%)")
+    if result.groups:
+        lines.append(f"{len(result.groups)} pod group(s):")
+        lines.extend(f"  {group.note}" for group in result.groups)
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -189,10 +189,14 @@ def _trial(framework: Framework, members: list[PodFacts], within: np.ndarray | N
                 continue
             cluster.assign(dataclasses.replace(member, node_name=decision.node, devices=decision.devices),
                            decision.node, decision.devices)
+            if decision.volume_plan is not None:  # the volumes it would bind or provision are not the next one's
+                cluster.storage.assume(decision.volume_plan)
             decided.append((member, decision))
     finally:
-        for member, _ in decided:
+        for member, decision in decided:
             cluster.unassign(member.identity)
+            if decision.volume_plan is not None:
+                cluster.storage.forget(decision.volume_plan)
     return decided, unplaced
 
 

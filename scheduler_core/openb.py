@@ -11,20 +11,25 @@ whole list shuffled is the arrival order (one seed drives draws and shuffle); no
 The GPU allocation ratio is recorded when the arrived GPU demand first reaches 100, 110, 120 and
 130% of capacity; the last checkpoint, which the demand can only reach by exact equality, is
 taken when the last pod has arrived. Pure: rows in, numbers out; reading files is the caller's.
+
+Gang mode keeps that protocol and groups the arrivals that ask for more than one GPU into jobs of
+2-16 pods (`job_positions`): each job arrives when its first pod's turn comes, all its pods with it,
+and is placed whole by `gangs.place` or not at all. The same jobs placed pod by pod (the plain
+replay) show what gangs save: the GPUs held by jobs only partly placed, which run nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from scheduler_core import cluster as cluster_model
-from scheduler_core import framework, nodes, pods, profile, workloads
+from scheduler_core import framework, gangs, nodes, podgroups, pods, profile, workloads
 from scheduler_core.nodes import GPU_MILLI
 
 CHECKPOINTS = (100, 110, 120, 130)  # arrived GPU demand, percent of capacity
@@ -34,6 +39,10 @@ NAMESPACE = "openb"
 BASELINES = ("random", "dotproduct", "gpupacking", "bestfit", "fgd")  # the paper's order
 OURS = "ours"  # the product's default scheduling settings
 POLICIES = (*BASELINES, OURS)
+JOB_SIZES = (2, 16)  # gang mode: the fewest and the most pods of a job
+# How a replay treats the jobs of gang mode: no jobs (the plain protocol); the plain placement, the jobs only
+# counted ("pod-by-pod"); or each job placed whole or not at all ("gang").
+JobMode = Literal["pod-by-pod", "gang"]
 
 
 class TraceError(ValueError):
@@ -123,6 +132,12 @@ class Replay:
     curve: tuple[float, ...]  # allocation % when the arrived demand first reached 1, 2, ... 130%
     pods: int
     placed: int
+    mode: JobMode | None = None
+    jobs: int = 0  # gang mode: jobs, and their pods
+    job_pods: int = 0
+    jobs_whole: int = 0  # jobs with every pod placed at the end
+    jobs_partial: int = 0  # jobs with some but not all pods placed at the end
+    partial_job_gpus: int = 0  # GPUs allocated to the pods of those
 
 
 def scheduling_for(policy: str) -> profile.Scheduling:
@@ -138,8 +153,30 @@ def arrival_order(trace: Trace, seed: int) -> list[int]:
     return arrivals([demand(pod) for pod in trace.pod_facts], trace.capacity_milli, seed)
 
 
-def replay(trace: Trace, policy: str, seed: int, *, progress: Callable[[int], None] | None = None) -> Replay:
-    """Place the seed's arrivals one at a time; `progress(n)` hears of every `n` pods done."""
+def job_positions(trace: Trace, order: Sequence[int], seed: int) -> tuple[tuple[int, ...], ...]:
+    """Gang mode's jobs, as positions in the arrival `order`: the arrivals asking for more than one GPU, in the
+    order they arrive, cut into runs of JOB_SIZES pods, each size drawn from the seed (its own stream, so the
+    arrivals stay those of the plain protocol). A job's pods arrived near each other, as a job's pods are created
+    together. A single such arrival left over joins the job before it (or takes one pod of a job of 16)."""
+    rng = random.Random(f"openb-jobs-{seed}")
+    multi = [position for position, index in enumerate(order) if trace.pod_facts[index].gpus > 1]
+    smallest, largest = JOB_SIZES
+    jobs: list[tuple[int, ...]] = []
+    start = 0
+    while len(multi) - start >= smallest:
+        left = len(multi) - start
+        size = min(rng.randint(smallest, largest), left)
+        if left - size == 1:  # no job of one pod
+            size += 1 if size < largest else -1
+        jobs.append(tuple(multi[start:start + size]))
+        start += size
+    return tuple(jobs)
+
+
+def replay(trace: Trace, policy: str, seed: int, *, jobs: JobMode | None = None,
+           progress: Callable[[int], None] | None = None) -> Replay:
+    """Place the seed's arrivals one at a time, or with `jobs="gang"` each job of `job_positions` whole when its
+    first pod's turn comes; `progress(n)` hears of every `n` arrivals done."""
     model = cluster_model.Cluster()
     for node in trace.node_facts:
         model.set_node(node)
@@ -148,21 +185,30 @@ def replay(trace: Trace, policy: str, seed: int, *, progress: Callable[[int], No
     order = arrival_order(trace, seed)
     workload = workloads.Workload.of(trace.pod_facts) if policy == "fgd" else None
     core = framework.Framework(model, scheduling_for(policy), workload=workload, rng=np.random.default_rng(seed))
+    arriving = _arriving(trace, order)
+    grouped = job_positions(trace, order, seed) if jobs else ()
+    job_of = {position: number for number, positions in enumerate(grouped) for position in positions} \
+        if jobs == "gang" else {}
+    placed_at = [False] * len(order)
     checkpoints = list(CHECKPOINTS)
     ratios: dict[int, float] = {}
     curve: list[float] = []
     arrived = used = placed = 0
-    copies: dict[int, int] = {}
-    for done, index in enumerate(order, start=1):
-        pod = trace.pod_facts[index]
-        copy = copies[index] = copies.get(index, -1) + 1
-        if copy:
-            pod = dataclasses.replace(pod, key=f"{pod.key}-copy{copy}")
-        decision = core.place(pod)
-        arrived += demands[index]
-        if decision.node is not None:
-            used += demands[index]
-            placed += 1
+    for done, (position, index) in enumerate(enumerate(order), start=1):
+        number = job_of.get(position)
+        if number is None:
+            arrived += demands[index]
+            if core.place(arriving[position]).node is not None:
+                placed_at[position] = True
+                used += demands[index]
+                placed += 1
+        elif grouped[number][0] == position:  # a job arrives whole, at its first pod's turn
+            members = grouped[number]
+            arrived += sum(demands[order[p]] for p in members)
+            for member in _place_job(core, number, {p: arriving[p] for p in members}):
+                placed_at[member] = True
+                used += demands[order[member]]
+                placed += 1
         arrived_pct = 100.0 * arrived / capacity
         while checkpoints and arrived_pct >= checkpoints[0]:
             ratios[checkpoints.pop(0)] = 100.0 * used / capacity
@@ -175,7 +221,43 @@ def replay(trace: Trace, policy: str, seed: int, *, progress: Callable[[int], No
     curve.extend([100.0 * used / capacity] * (CHECKPOINTS[-1] - len(curve)))
     if progress is not None:
         progress(len(order) % 500)
-    return Replay(seed, ratios, tuple(curve), len(order), placed)
+    whole = partial = partial_gpus = 0
+    for members in grouped:
+        done_members = [p for p in members if placed_at[p]]
+        if len(done_members) == len(members):
+            whole += 1
+        elif done_members:
+            partial += 1
+            partial_gpus += sum(trace.pod_facts[order[p]].gpus for p in done_members)
+    return Replay(seed, ratios, tuple(curve), len(order), placed, mode=jobs, jobs=len(grouped),
+                  job_pods=sum(len(members) for members in grouped), jobs_whole=whole, jobs_partial=partial,
+                  partial_job_gpus=partial_gpus)
+
+
+def _arriving(trace: Trace, order: Sequence[int]) -> list[pods.PodFacts]:
+    """The pod of each arrival; a copy drawn again is named apart (`-copy1`, ...), as the model keys pods by name."""
+    copies: dict[int, int] = {}
+    arriving = []
+    for index in order:
+        pod = trace.pod_facts[index]
+        copy = copies[index] = copies.get(index, -1) + 1
+        arriving.append(dataclasses.replace(pod, key=f"{pod.key}-copy{copy}") if copy else pod)
+    return arriving
+
+
+def _place_job(core: framework.Framework, number: int, members: Mapping[int, pods.PodFacts]) -> list[int]:
+    """Place job `number` (its pods by arrival position) whole, as a group a rule formed, or not at all; the
+    positions placed."""
+    ref = podgroups.GroupRef(podgroups.RULE, NAMESPACE, f"job-{number}")
+    size = len(members)
+    position_of = {pod.key: position for position, pod in members.items()}
+    tagged = [dataclasses.replace(pod, group=ref, group_min_member=size) for pod in members.values()]
+    decision = gangs.place(core, podgroups.formed(ref, [size]), tagged)
+    for member, chosen in decision.placements:  # accounted in the order the decision accounted them
+        assert chosen.node is not None
+        core.cluster.assign(dataclasses.replace(member, node_name=chosen.node, devices=chosen.devices),
+                            chosen.node, chosen.devices)
+    return [position_of[member.key] for member, _ in decision.placements]
 
 
 def summary(replays: Sequence[Replay]) -> dict[str, Any]:
@@ -187,3 +269,27 @@ def summary(replays: Sequence[Replay]) -> dict[str, Any]:
         "seeds": [r.seed for r in replays],
         "per_seed": {str(r.seed): {str(p): round(r.alloc_ratio[p], 3) for p in CHECKPOINTS} for r in replays},
     }
+
+
+def gang_summary(pod_by_pod: Sequence[Replay], gang: Sequence[Replay]) -> dict[str, Any]:
+    """The `gangs` entry of one policy in gang mode: its jobs (means per seed); what placing their pods one by one
+    left (`pod_by_pod`, the replays of the plain protocol); and the ratios and jobs of placing each job whole."""
+    return {
+        "jobs": _mean(r.jobs for r in pod_by_pod),
+        "job_pods": _mean(r.job_pods for r in pod_by_pod),
+        "pod_by_pod": _jobs_summary(pod_by_pod),
+        "gang": {**{key: value for key, value in summary(gang).items() if key != "seeds"}, **_jobs_summary(gang)},
+    }
+
+
+def _jobs_summary(replays: Sequence[Replay]) -> dict[str, Any]:
+    return {
+        "jobs_whole": _mean(r.jobs_whole for r in replays),
+        "jobs_partial": _mean(r.jobs_partial for r in replays),
+        "partial_job_gpus": _mean(r.partial_job_gpus for r in replays),
+        "partial_job_gpus_per_seed": {str(r.seed): r.partial_job_gpus for r in replays},
+    }
+
+
+def _mean(values: Iterable[int]) -> float:
+    return round(float(np.mean(list(values))), 3)

@@ -113,6 +113,61 @@ def test_checkpoints_record_the_state_at_that_arrival_not_at_the_end():
     assert result.pods == 2
 
 
+# --- gang mode --------------------------------------------------------------------------------------
+
+
+def two_gpu_pods(count, *, nodes=2, single_gpu_pods=0):
+    """`count` pods of 2 GPUs (and some of 1) on `nodes` nodes of 8 GPUs; copies drawn while within 1.3x."""
+    return openb.load([node_row(f"n{i}", gpus=8, cpu=16000) for i in range(nodes)],
+                      [pod_row(f"m{i}", gpus=2) for i in range(count)]
+                      + [pod_row(f"s{i}", gpus=1) for i in range(single_gpu_pods)])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 16, 17, 18, 33, 60])
+def test_jobs_are_runs_of_2_to_16_multi_gpu_arrivals_in_arrival_order(count):
+    trace = two_gpu_pods(count, nodes=count // 2 + 1, single_gpu_pods=5)
+    for seed in range(30):
+        order = openb.arrival_order(trace, seed)
+        jobs = openb.job_positions(trace, order, seed)
+        assert all(2 <= len(job) <= 16 for job in jobs)
+        multi = [position for position, index in enumerate(order) if trace.pod_facts[index].gpus > 1]
+        assert [position for job in jobs for position in job] == (multi if len(multi) > 1 else [])
+
+
+def test_a_lone_multi_gpu_arrival_is_no_job():
+    trace = two_gpu_pods(1, nodes=1, single_gpu_pods=2)
+    order = [0, 1, 2]  # no copies
+    assert openb.job_positions(trace, order, 42) == ()
+
+
+def test_the_seed_fixes_the_jobs():
+    trace = two_gpu_pods(60, nodes=16)
+    jobs = {seed: openb.job_positions(trace, openb.arrival_order(trace, seed), seed) for seed in (42, 43)}
+    assert jobs[42] == openb.job_positions(trace, openb.arrival_order(trace, 42), 42)
+    assert [len(job) for job in jobs[42]] != [len(job) for job in jobs[43]]
+
+
+@pytest.mark.parametrize(
+    ("seed", "sizes", "pod_by_pod", "gang", "gang_ratio"),
+    [
+        # 5 pods placed, then 3 of the 7 of the next job: 6 GPUs held by a job that cannot run
+        (2, [5, 7], (1, 1, 6), (1, 0, 0), 62.5),
+        # one job of 12 pods (24 GPUs) on 16 GPUs: pod by pod, 8 of its pods hold every GPU
+        (3, [12], (0, 1, 16), (0, 0, 0), 0.0),
+    ],
+)
+def test_gangs_leave_no_gpu_to_partly_placed_jobs(seed, sizes, pod_by_pod, gang, gang_ratio):
+    """(whole jobs, partly placed jobs, GPUs they hold) at the end, placing pods one by one and jobs whole."""
+    trace = two_gpu_pods(12)
+    plain, by_pod, whole = (openb.replay(trace, "bestfit", seed, jobs=mode) for mode in (None, "pod-by-pod", "gang"))
+    assert by_pod.alloc_ratio == plain.alloc_ratio == dict.fromkeys(openb.CHECKPOINTS, 100.0)
+    assert (by_pod.jobs, by_pod.job_pods) == (whole.jobs, whole.job_pods) == (len(sizes), 12)
+    assert (by_pod.jobs_whole, by_pod.jobs_partial, by_pod.partial_job_gpus) == pod_by_pod
+    assert (whole.jobs_whole, whole.jobs_partial, whole.partial_job_gpus) == gang
+    assert whole.alloc_ratio == dict.fromkeys(openb.CHECKPOINTS, gang_ratio)
+    assert [len(job) for job in openb.job_positions(trace, openb.arrival_order(trace, seed), seed)] == sizes
+
+
 @pytest.mark.parametrize(("text", "seeds"), [("42-51", list(range(42, 52))), ("42", [42]), ("1,3,3", [1, 3]),
                                              ("5-6,9", [5, 6, 9])])
 def test_seed_ranges(text, seeds):
@@ -161,6 +216,23 @@ def test_json_follows_the_contract(tiny_trace):
         assert entry["seeds"] == [42, 43]
         assert list(entry["alloc_ratio_std"]) == ["100", "110", "120", "130"]
     assert "ours" in result.stderr  # a progress bar per policy
+
+
+def test_gangs_add_their_figures_beside_the_contract(tiny_trace):
+    args = ("--nodes", str(tiny_trace / "nodes.csv"), "--pods", str(tiny_trace / "pods.csv"), "--seeds", "42-43",
+            "--policy", "bestfit", "--jobs", "2")
+    plain = json.loads(bench_cli(*args, "--json").stdout)["policies"]["bestfit"]
+    entry = json.loads(bench_cli(*args, "--json", "--gangs").stdout)["policies"]["bestfit"]
+    gangs = entry.pop("gangs")
+    for document in (plain, entry):
+        del document["cpu_seconds"]
+    assert entry == plain  # the contract's figures are those of the plain protocol
+    assert gangs["jobs"] >= 1 and 2 <= gangs["job_pods"] / gangs["jobs"] <= 16
+    assert set(gangs["pod_by_pod"]) == {"jobs_whole", "jobs_partial", "partial_job_gpus", "partial_job_gpus_per_seed"}
+    assert gangs["gang"]["partial_job_gpus_per_seed"] == {"42": 0, "43": 0}
+    assert list(gangs["gang"]["alloc_ratio"]) == ["100", "110", "120", "130"]
+    table = bench_cli(*args, "--gangs").stdout
+    assert "GPUs in partial jobs" in table and "\nbestfit " in table.split("gangs:")[1]
 
 
 def test_the_table_and_the_plot(tiny_trace, tmp_path):

@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from scheduler_core import objects
+from scheduler_core import objects, podgroups, simulation
 from tests.commands import gpu_scheduler
 from tests.unit.builders import node, pod, simulate
 from webhook import config
@@ -21,7 +21,8 @@ def bundled():
 
 
 def test_json_output_follows_the_contract(bundled):
-    assert set(bundled) == {"placements", "summary"}
+    assert set(bundled) == {"placements", "summary", "groups"}  # `groups` an extra key: the example has none
+    assert bundled["groups"] == []
     for placement in bundled["placements"]:
         assert {"pod", "node", "gpus", "rule", "reason"} <= set(placement)
         assert isinstance(placement["pod"], str) and "/" in placement["pod"]
@@ -178,3 +179,155 @@ def test_bound_pods_are_placed_first_whatever_their_position():
     placed = {p.pod: p for p in result.placements}
     assert placed["ns/bound"].node == "a" and placed["ns/pending"].node is None
     assert result.allocation_ratio == 0.5
+
+
+# --- pod groups -------------------------------------------------------------------------------------
+
+
+def podgroup(name="job-a", *, api=podgroups.COSCHEDULING, spec=None):
+    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"minMember": 3} if spec is None else spec}
+
+
+def member(name, *, group="job-a", gpus=8, api=podgroups.COSCHEDULING, **kwargs):
+    obj = pod(name, gpus=gpus, **kwargs)
+    if api == podgroups.WORKLOAD:
+        obj["spec"]["schedulingGroup"] = {"podGroupName": group}
+    else:
+        obj["metadata"]["labels"][podgroups.COSCHEDULING_LABEL] = group
+    return obj
+
+
+def outcomes(result):
+    return {p.pod: (p.node, p.reason) for p in result.placements}
+
+
+def test_a_group_that_fits_lands_whole_at_its_first_members_turn():
+    """A pod between two members does not take the room the second needs: the group went first, whole."""
+    pods = [podgroup(spec={"minMember": 2}), member("a-0"), pod("single", gpus=8), member("a-1")]
+    result = simulate([node("n0"), node("n1")], pods, config.Config())
+    placed = outcomes(result)
+    assert {placed["ns/a-0"][0], placed["ns/a-1"][0]} == {"n0", "n1"}
+    assert placed["ns/single"] == (None, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    [group] = result.groups
+    assert (group.ref.key, group.placed, group.scope, group.nodes, group.reason) == (
+        "ns/job-a", 2, "cluster", ("n0", "n1"), None)
+    assert group.note == ("ns/job-a (scheduling.x-k8s.io/v1alpha1): 2 of 2 pending member(s) placed together "
+                          "(minMember 2) in cluster: n0, n1")
+
+
+def test_a_group_that_does_not_fit_places_none_and_every_member_says_why():
+    pods = [podgroup(spec={"minMember": 3}), *(member(f"a-{i}") for i in range(3)), pod("after", gpus=8)]
+    result = simulate([node("n0"), node("n1")], pods, config.Config())
+    reason = ("gang ns/job-a: 2/3 members fit; 1 x 8 GPUs short "
+              "(0/2 nodes are available: 2 Insufficient nvidia.com/gpu)")
+    placed = outcomes(result)
+    assert [placed[f"ns/a-{i}"] for i in range(3)] == [(None, reason)] * 3
+    assert placed["ns/after"][0] == "n0"  # the gang held nothing
+    assert result.count("unschedulable") == 3 and result.count("placed") == 1
+    assert result.as_json()["groups"] == [{
+        "name": "ns/job-a", "api": podgroups.COSCHEDULING, "minMember": 3, "gang": True,
+        "members": ["ns/a-0", "ns/a-1", "ns/a-2"], "placed": 0, "already_bound": 0, "scope": None, "nodes": [],
+        "reason": reason}]
+
+
+@pytest.mark.parametrize(
+    ("pods", "reason"),
+    [
+        ([member("a-0"), member("a-1")],
+         "waiting for PodGroup ns/job-a (scheduling.x-k8s.io/v1alpha1) to be created"),
+        ([podgroup(spec={"minMember": 4}), member("a-0"), member("a-1")],
+         "gang ns/job-a: 2/4 members exist; waiting for 2 more"),
+        ([pod("r-0", gpus=8, annotations={podgroups.GROUP_ANNOTATION: "job-r", podgroups.MIN_MEMBER_ANNOTATION: "3"})],
+         "gang ns/job-r: 1/3 members exist; waiting for 2 more"),
+    ],
+    ids=["no-podgroup", "fewer-than-min-member", "rule-formed-group"],
+)
+def test_a_group_that_cannot_be_decided_yet_leaves_its_members_waiting(pods, reason):
+    result = simulate([node("n0"), node("n1"), node("n2")], pods, config.Config())
+    assert {reason_ for _, reason_ in outcomes(result).values()} == {reason}
+    assert [(g.placed, g.reason) for g in result.groups] == [(0, reason)]
+
+
+def test_a_group_a_rule_formed_is_placed_whole_when_its_members_are_there():
+    annotations = {podgroups.GROUP_ANNOTATION: "job-r", podgroups.MIN_MEMBER_ANNOTATION: "2"}
+    pods = [pod(f"r-{i}", gpus=4, annotations=dict(annotations)) for i in range(2)]
+    result = simulate([node("n0")], pods, config.Config())
+    assert {n for n, _ in outcomes(result).values()} == {"n0"}
+    assert (result.groups[0].ref.api, result.groups[0].scope) == (podgroups.RULE, "node n0")
+
+
+def test_members_bound_in_the_input_count_toward_min_member():
+    pods = [podgroup(spec={"minMember": 3}), member("a-0", node_name="n0"), member("a-1"), member("a-2")]
+    result = simulate([node("n0"), node("n1"), node("n2")], pods, config.Config())
+    assert sorted(n for n, _ in outcomes(result).values()) == ["n0", "n1", "n2"]
+    [group] = result.groups
+    assert (group.members, group.placed, group.already_bound) == (("ns/a-1", "ns/a-2"), 2, 1)
+    assert group.note.endswith("placed together (minMember 3, 1 already bound) in cluster: n1, n2")
+
+
+def test_a_workload_api_group_of_the_basic_policy_is_placed_pod_by_pod():
+    basic = podgroup(api=podgroups.WORKLOAD, spec={"schedulingPolicy": {"basic": {}}})
+    pods = [basic, *(member(f"w-{i}", api=podgroups.WORKLOAD) for i in range(3))]
+    result = simulate([node("n0"), node("n1")], pods, config.Config())
+    placed = outcomes(result)
+    assert [placed[f"ns/w-{i}"][0] for i in range(3)] == ["n0", "n1", None]
+    assert placed["ns/w-2"][1] == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    [group] = result.groups
+    assert (group.placed, group.scope, group.reason) == (2, "pod by pod", None)
+    assert group.note == ("ns/job-a (scheduling.k8s.io/v1alpha2): basic policy, placed pod by pod: 2 of 3 pending "
+                          "member(s) placed")
+
+
+def test_a_workload_api_gang_is_placed_whole():
+    gang = podgroup(api=podgroups.WORKLOAD, spec={"schedulingPolicy": {"gang": {"minCount": 3}}})
+    pods = [gang, *(member(f"w-{i}", api=podgroups.WORKLOAD) for i in range(3))]
+    result = simulate([node("n0"), node("n1")], pods, config.Config())
+    assert {n for n, _ in outcomes(result).values()} == {None}
+    assert result.groups[0].reason.startswith("gang ns/job-a: 2/3 members fit; 1 x 8 GPUs short")
+
+
+@pytest.mark.parametrize(
+    ("podgroup_object", "message"),
+    [
+        (podgroup(spec={"minMember": 0}),
+         "PodGroup ns/job-a (scheduling.x-k8s.io/v1alpha1): cannot be read: spec.minMember: 0 is not a count from "
+         "1 to 100000"),
+        (podgroup(api=podgroups.WORKLOAD, spec={"schedulingPolicy": {"gang": {}}}),
+         "PodGroup ns/job-a (scheduling.k8s.io/v1alpha2): cannot be read: spec.schedulingPolicy.gang.minCount: is "
+         "required (a count from 1 to 100000)"),
+        (podgroup(api="scheduling.sigs.k8s.io/v1alpha1"),
+         'PodGroup ns/job-a: apiVersion "scheduling.sigs.k8s.io/v1alpha1" is not one the scheduler reads PodGroups '
+         "of (scheduling.k8s.io/v1alpha2, scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1)"),
+    ],
+)
+def test_a_podgroup_that_cannot_be_read_is_refused_naming_it(tmp_path, podgroup_object, message):
+    nodes, pods = tmp_path / "nodes.yaml", tmp_path / "pods.yaml"
+    nodes.write_text(yaml.safe_dump(node("n0")))
+    pods.write_text(yaml.safe_dump_all([podgroup_object, member("a-0")]))
+    err = simulate_cli("--nodes", str(nodes), "--pods", str(pods), code=2).stderr
+    assert err == f"gpu-scheduler: {nodes}, {pods}: {message}\n"
+
+
+def test_a_podgroup_given_twice_is_refused():
+    with pytest.raises(simulation.InputError, match=r"^PodGroup ns/job-a \(scheduling.x-k8s.io/v1alpha1\): given "
+                                                    r"twice$"):
+        simulate([node("n0")], [podgroup(), podgroup(), member("a-0")], config.Config())
+
+
+def test_the_table_says_where_each_group_went_or_why_not(tmp_path):
+    nodes, pods = tmp_path / "nodes.yaml", tmp_path / "pods.yaml"
+    nodes.write_text(yaml.safe_dump_all([node("n0"), node("n1")]))
+    pods.write_text(yaml.safe_dump_all([podgroup(spec={"minMember": 2}), member("a-0"), member("a-1"),
+                                        podgroup("job-b", spec={"minMember": 2}), member("b-0", group="job-b"),
+                                        member("b-1", group="job-b")]))
+    out = simulate_cli("--nodes", str(nodes), "--pods", str(pods)).stdout.splitlines()
+    reason = ("gang ns/job-b: 0/2 members fit; 2 x 8 GPUs short "
+              "(0/2 nodes are available: 2 Insufficient nvidia.com/gpu)")
+    assert out[-3:] == [
+        "2 pod group(s):",
+        "  ns/job-a (scheduling.x-k8s.io/v1alpha1): 2 of 2 pending member(s) placed together (minMember 2) in "
+        "cluster: n0, n1",
+        f"  ns/job-b (scheduling.x-k8s.io/v1alpha1): none placed: {reason}",
+    ]
+    assert next(line for line in out if line.startswith("ns/b-1")).endswith(reason)
