@@ -198,6 +198,8 @@ class Scheduler:
 # spec.schedulingGroup), off by default; the session's apiserver serves it for the gang tests.
 WORKLOAD_API_ARGS = ("--runtime-config=scheduling.k8s.io/v1alpha2=true",
                      "--feature-gates=GenericWorkload=true,GangScheduling=true")
+# kube-scheduler with its alpha gang plugin (GangScheduling, over the Workload API's PodGroups)
+GANG_SCHEDULER_ARGS = ("--feature-gates=GenericWorkload=true,GangScheduling=true",)
 
 
 class ControlPlane:
@@ -492,8 +494,8 @@ class ControlPlane:
     # --- kube-scheduler --------------------------------------------------------------------
 
     def start_scheduler(self, config_yaml: str = "", *, timeout: float = 60.0, kubeconfig: Path | None = None,
-                        leader_elect: bool = False) -> Scheduler:
-        """Start kube-scheduler with a KubeSchedulerConfiguration (v1).
+                        leader_elect: bool = False, extra_args: Sequence[str] = ()) -> Scheduler:
+        """Start kube-scheduler with a KubeSchedulerConfiguration (v1), and `extra_args` (e.g. feature gates).
 
         `clientConnection.kubeconfig` is set to `kubeconfig` (default: the admin one), which also
         authenticates and authorizes callers of its endpoints, and leader election is off unless
@@ -524,6 +526,7 @@ class ControlPlane:
                     "--bind-address=127.0.0.1",
                     f"--secure-port={port}",
                     f"--cert-dir={cert_dir}",
+                    *extra_args,
                 ],
                 self.dir / f"kube-scheduler-{index}.log",
             )
