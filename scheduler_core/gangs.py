@@ -90,12 +90,14 @@ def place(framework: Framework, group: PodGroup, members: Sequence[PodFacts], *,
 def _decide(framework: Framework, group: PodGroup, members: list[PodFacts], *, placed: int,
             needed: int) -> GroupDecision:
     scopes: list[tuple[str, np.ndarray]] = []
+    cluster = framework.cluster
+    near = {cluster.assignments[uid].node for uid in cluster.group_pods.get(group.ref, ())}  # members placed before
     if group.topology_keys:
-        scopes = _domains(framework, members, group.topology_keys, required=True)
+        scopes = _domains(framework, members, group.topology_keys, required=True, near=near)
     else:
         if len(members) > 1:
-            scopes += _nodes(framework, members)
-        scopes += _domains(framework, members, (ZONE_LABEL,), required=False)
+            scopes += _nodes(framework, members, near=near)
+        scopes += _domains(framework, members, (ZONE_LABEL,), required=False, near=near)
     for scope, mask in scopes:
         decided, unplaced = _trial(framework, members, mask, stop_at_first_miss=True)
         if not unplaced:
@@ -205,8 +207,9 @@ def _demand(members: Sequence[PodFacts]) -> tuple[int, int]:
     return sum(m.gpus for m in members), sum(m.gpus * GPU_MILLI + m.gpu_milli for m in members)
 
 
-def _nodes(framework: Framework, members: list[PodFacts]) -> list[tuple[str, np.ndarray]]:
-    """Single nodes that could take every member, the least free GPU room first (at most NODE_TRIES)."""
+def _nodes(framework: Framework, members: list[PodFacts], *, near: set[int]) -> list[tuple[str, np.ndarray]]:
+    """Single nodes that could take every member, those of members placed before (`near`) first, then the least
+    free GPU room first (at most NODE_TRIES)."""
     cluster = framework.cluster
     whole, milli = _demand(members)
     free = cluster.gpu_free[: cluster.size].sum(axis=1)
@@ -214,7 +217,8 @@ def _nodes(framework: Framework, members: list[PodFacts]) -> list[tuple[str, np.
     rows = np.flatnonzero(able)
     if rows.size == 0:
         return []
-    chosen = rows[np.lexsort((cluster.ranks()[rows], free[rows]))][:NODE_TRIES]
+    away = np.array([row not in near for row in rows.tolist()])
+    chosen = rows[np.lexsort((cluster.ranks()[rows], free[rows], away))][:NODE_TRIES]
     scopes = []
     for row in chosen:
         mask = np.zeros(cluster.size, dtype=bool)
@@ -223,10 +227,10 @@ def _nodes(framework: Framework, members: list[PodFacts]) -> list[tuple[str, np.
     return scopes
 
 
-def _domains(framework: Framework, members: list[PodFacts], keys: tuple[str, ...], *,
-             required: bool) -> list[tuple[str, np.ndarray]]:
+def _domains(framework: Framework, members: list[PodFacts], keys: tuple[str, ...], *, required: bool,
+             near: set[int]) -> list[tuple[str, np.ndarray]]:
     """The domains of the node labels `keys` (nodes sharing a value of each) with room for every member by GPU
-    count, tightest first (at most DOMAIN_TRIES). Unless `required`, a key that puts every node in one domain adds
+    count, those holding members placed before (`near`) first, then the tightest (at most DOMAIN_TRIES). Unless `required`, a key that puts every node in one domain adds
     nothing over the whole cluster: no domain."""
     cluster = framework.cluster
     present = cluster.present[: cluster.size]
@@ -247,11 +251,11 @@ def _domains(framework: Framework, members: list[PodFacts], keys: tuple[str, ...
         mask = domain == number
         room = int(free[mask].sum())
         if int(whole_free[mask].sum()) >= whole and room >= milli:
-            found.append((room, value, mask))
-    found.sort(key=lambda item: (item[0], item[1]))
+            found.append((not any(mask[row] for row in near if row < mask.size), room, value, mask))
+    found.sort(key=lambda item: (item[0], item[1], item[2]))
     shown = (lambda value: f"zone {value[0]}") if keys == (ZONE_LABEL,) else (
         lambda value: ",".join(f"{key}={v}" for key, v in zip(keys, value)))
-    return [(shown(value), mask) for _, value, mask in found[:DOMAIN_TRIES]]
+    return [(shown(value), mask) for _, _, value, mask in found[:DOMAIN_TRIES]]
 
 
 def _resource_gap(framework: Framework, group: PodGroup) -> str | None:

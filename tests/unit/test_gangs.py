@@ -264,3 +264,15 @@ def test_members_that_fit_already_are_nominated_where_they_fit_and_evict_nothing
     plan = gangs.preempt(evaluator, group(2), urgent(2))
     assert isinstance(plan, gangs.GangPreemption) and [v.key for v in plan.victims] == ["ns/low-1"]
     assert sorted(node for _, node in plan.nominations) == ["n0", "n1"]
+
+
+def test_the_rest_of_a_gang_goes_to_the_zone_of_its_members_placed_before():
+    nodes = [node(f"a{i}", zone="zone-a") for i in range(6)] + [node(f"b{i}", zone="zone-b") for i in range(3)]
+    framework = scheduler(*nodes)
+    for i in range(2):
+        framework.cluster.restore(pods.parse(pod(f"job-a-{i}", gpus=8, node_name=f"a{i}",
+                                                 labels={podgroups.COSCHEDULING_LABEL: "job-a"})))
+    decision = gangs.place(framework, group(4), members(2, prefix="later"), placed=2)
+    assert decision.scope == "zone zone-a" and sorted(placed_on(decision).values()) == ["a2", "a3"]
+    fresh = gangs.place(scheduler(*nodes), group(2), members(2, prefix="other"))
+    assert fresh.scope == "zone zone-b"  # without members placed before: the tightest zone
