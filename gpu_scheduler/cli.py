@@ -189,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--lease", default="gpu-scheduler-system/gpu-scheduler", metavar="NS/NAME",
                      help="the Lease used for leader election (default gpu-scheduler-system/gpu-scheduler)")
     run.add_argument("--port", type=int, default=10259, help="/healthz and /metrics over HTTP (default 10259)")
+    run.add_argument("--binder-threads", type=int, default=32, metavar="N",
+                     help="bindings in flight at once (default 32; each waits on the API)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(run=_run)
 
@@ -297,8 +299,11 @@ def _run(args: argparse.Namespace) -> int:
         api = kubeclient.api_client(args.kubeconfig)
     except kubeclient.NoCredentials as err:
         raise UsageError(f"cannot reach a cluster: {err}") from err
+    if args.binder_threads < 1:
+        raise UsageError(f"--binder-threads {args.binder_threads}: must be at least 1")
     return standalone.run(api, config_file=args.config, config_map=config_map, leader_elect=args.leader_elect,
-                          lease=_namespaced("--lease", args.lease), port=args.port)
+                          lease=_namespaced("--lease", args.lease), port=args.port,
+                          binder_threads=args.binder_threads)
 
 
 def _extender(args: argparse.Namespace) -> int:

@@ -87,6 +87,9 @@ class LiveScheduler:
         # A bound pod's Scheduled event and devices record trail the bindings: they wait until no binding is in
         # flight, up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
+        # A PodGroup's event and status go through one thread, in the order they were decided: a group's "Pending"
+        # must never land after the "Scheduling" that followed it.
+        self.group_writer = ThreadPoolExecutor(1, thread_name_prefix="group-writer")
         # Preemptions are carried out by their own pool: each is a few writes in order, for one pod at a time.
         self.evictor = ThreadPoolExecutor(8, thread_name_prefix="evictor")
         self.binding_now = 0
@@ -137,6 +140,7 @@ class LiveScheduler:
         self.reporter.shutdown(wait=False, cancel_futures=True)
         self.recorder.shutdown(wait=False, cancel_futures=True)
         self.evictor.shutdown(wait=False, cancel_futures=True)
+        self.group_writer.shutdown(wait=False, cancel_futures=True)
         with self.bindings_pause:
             self.bindings_pause.notify_all()  # a record waiting for a pause writes now, not at TRAILING_WAIT
 
@@ -367,7 +371,7 @@ class LiveScheduler:
                    f"minMember {group.min_member}) in {decision.scope}: {', '.join(nodes)}")
         log.info("%s", message)
         self.group_reported.pop(ref, None)
-        self.reporter.submit(self._write_group, group, "Normal", "Scheduled", message, scheduled=True)
+        self.group_writer.submit(self._write_group, group, "Normal", "Scheduled", message, scheduled=True)
         return True
 
     def _preempt_for_gang(self, group: podgroups.PodGroup, members: list[watched.PendingPod], placed: int,
@@ -449,7 +453,7 @@ class LiveScheduler:
                            f"{group.timeout_seconds} s (scheduleTimeoutSeconds) while the rest cannot be; "
                            f"{', '.join(holding)} hold their room meanwhile")
                 log.warning("%s", timeout)
-                self.reporter.submit(self._write_group, group, "Warning", "GangTimeout", timeout, scheduled=False,
+                self.group_writer.submit(self._write_group, group, "Warning", "GangTimeout", timeout, scheduled=False,
                                      phase="Unknown")
         else:
             self.partial_since.pop(ref, None)
@@ -458,7 +462,7 @@ class LiveScheduler:
         if last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.group_reported[ref] = (message, now)
-        self.reporter.submit(self._write_group, group, "Warning", "FailedScheduling", message, scheduled=False)
+        self.group_writer.submit(self._write_group, group, "Warning", "FailedScheduling", message, scheduled=False)
 
     def _write_group(self, group: podgroups.PodGroup, kind: str, reason: str, message: str, *,
                      scheduled: bool, phase: str | None = None) -> None:

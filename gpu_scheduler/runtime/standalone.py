@@ -64,7 +64,7 @@ def _health_problems(scheduler: running.LiveScheduler | None) -> list[str]:
 
 
 def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,
-        leader_elect: bool, lease: tuple[str, str], port: int) -> int:
+        leader_elect: bool, lease: tuple[str, str], port: int, binder_threads: int = 32) -> int:
     state: dict[str, Any] = {}
     model_metrics.register(lambda: model_metrics.ModelView.of(state["scheduler"].model) if "scheduler" in state
                            else None)
@@ -86,7 +86,7 @@ def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[st
             done.wait(1.0)
         settings = holder.current
         assert settings is not None
-        scheduler = running.LiveScheduler(api, settings)
+        scheduler = running.LiveScheduler(api, settings, binder_threads=binder_threads)
         state["scheduler"] = scheduler
         scheduler.start()
         metrics.LEADER.set(1)

@@ -136,12 +136,15 @@ def test_a_gang_of_4_x_8_gpus_lands_whole_in_one_decision(api, cluster):
     wait_for(lambda: all(placement(api, names).values()), timeout=60, what="all 4 members bound")
     where = placement(api, names)
     assert len(set(where.values())) == 4 and set(where.values()) <= set(nodes)  # one 8-GPU node each
-    scheduled = [m for reason, m in group_events(api, "whole") if reason == "Scheduled"]
+    scheduled = wait_for(lambda: [m for reason, m in group_events(api, "whole") if reason == "Scheduled"],
+                         timeout=30, what="the gang's Scheduled event")
     assert len(scheduled) == 1 and scheduled[0].startswith("gang ")  # one decision placed all four
     assert scheduled[0].split(":")[1].strip().startswith("4 member(s) placed")
     assert gang_attempts(cluster["scheduler"], "scheduled") == before + 1
-    status = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "podgroups", "whole")
-    assert status["status"]["phase"] == "Scheduling" and status["status"].get("scheduleStartTime")
+    status = wait_for(lambda: (found := client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, "podgroups", "whole").get("status") or {}).get("phase") == "Scheduling" and found,
+        timeout=30, what="the PodGroup's phase Scheduling")  # written after the bindings
+    assert status.get("scheduleStartTime")
 
 
 def test_a_gang_with_room_for_3_of_4_binds_none_says_why_and_binds_all_once_a_node_is_added(api, cluster):
@@ -202,8 +205,9 @@ def test_after_a_restart_midway_the_gang_is_finished_without_placing_any_member_
     where = placement(api, names)
     assert where["restart-0"] == nodes[0] and where["restart-1"] == nodes[1]
     assert sorted(where.values()) == sorted(nodes)  # the two new ones on the two free nodes: nothing doubled
-    scheduled = [m for reason, m in group_events(api, "restart") if reason == "Scheduled"]
-    assert scheduled and "2 member(s) placed (2 placed before, minMember 4)" in scheduled[-1]
+    wait_for(lambda: any("2 member(s) placed (2 placed before, minMember 4)" in m
+                         for reason, m in group_events(api, "restart") if reason == "Scheduled"),
+             timeout=30, what="the restarted scheduler's Scheduled event, counting the 2 bound before")
 
 
 def test_a_gang_preempts_lower_priority_pods_only_as_a_unit(api, cluster):
@@ -283,3 +287,41 @@ def test_the_workload_api_gang_waits_whole_then_lands_whole_and_its_condition_sa
     done = wait_for(lambda: (c := scheduled_condition(api, "upstream")) and c["status"] == "True" and c, timeout=30,
                     what="PodGroupScheduled=True")
     assert done["reason"] == "Scheduled" and "4 member(s) placed" in done["message"]
+
+
+def test_the_scheduler_killed_while_binding_a_gang_finishes_it_after_restart_placing_no_member_twice(
+        plane, api, cluster):
+    """A real kill: the scheduler binds one member at a time (`--binder-threads 1`) through a proxy that holds every
+    chunk 0.3 s, and is SIGKILLed the moment the API shows the gang's first member bound, the other bindings in
+    flight or not sent. A new scheduler (no proxy) finds what landed, counts it toward minMember, and places the
+    rest: every member bound once, one 8-GPU member per node."""
+    from tests.e2e.chaos import LatencyProxy, kill_tree
+
+    nodes = pool(api, "killed", 4)
+    cluster["scheduler"].stop()
+    proxy = LatencyProxy(plane.server, latency=0.3).start()
+    slow = start_scheduler(proxy.kubeconfig(cluster["kubeconfig"], cluster["work"] / "slow.kubeconfig"),
+                           cluster["work"], "--config", str(cluster["config"]), "--binder-threads", "1",
+                           name="gangs-slow")
+    names = [f"killed-{i}" for i in range(4)]
+    try:
+        podgroup(api, "killed", 4)
+        for name in names:
+            member(api, name, "killed", "killed")
+        wait_for(lambda: any(placement(api, names).values()), timeout=60, interval=0.02,
+                 what="the first member bound")
+        kill_tree(slow.process)
+    finally:
+        proxy.stop()
+    time.sleep(1)  # a binding the proxy had sent on lands now, or never
+    landed = {name: node for name, node in placement(api, names).items() if node}
+    assert 0 < len(landed) < 4, f"the kill was meant to leave the gang partly bound, but {len(landed)} landed"
+    cluster["scheduler"] = start_scheduler(cluster["kubeconfig"], cluster["work"], "--config", str(cluster["config"]),
+                                           name="gangs-run-after-kill")
+    wait_for(lambda: all(placement(api, names).values()), timeout=60, what="the gang finished after the restart")
+    where = placement(api, names)
+    assert sorted(where.values()) == sorted(nodes)  # one member per node: nothing placed twice, no GPU given twice
+    assert all(where[name] == node for name, node in landed.items())  # those bound before the kill stayed
+    wait_for(lambda: any(f"{4 - len(landed)} member(s) placed ({len(landed)} placed before, minMember 4)" in m
+                         for reason, m in group_events(api, "killed") if reason == "Scheduled"),
+             timeout=30, what="the restarted scheduler's Scheduled event, counting the members bound before the kill")

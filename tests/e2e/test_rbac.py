@@ -28,10 +28,12 @@ def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
 
 
 def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) -> bool:
-    """`kubectl auth can-i` as the account; `pods/binding` names a subresource, `leases/x` an object."""
+    """`kubectl auth can-i` as the account; `pods/binding`, `podgroups.scheduling.k8s.io/status` name a subresource
+    (of pods, or of a resource ending in `/status`), `leases/x` an object."""
     args = [verb, resource]
-    if resource.startswith("pods/"):
-        args = [verb, "pods", f"--subresource={resource.split('/', 1)[1]}"]
+    if resource.startswith("pods/") or resource.endswith("/status"):
+        kind, _, subresource = resource.partition("/")
+        args = [verb, kind, f"--subresource={subresource}"]
     if namespace:
         args += ["-n", namespace]
     result = subprocess.run([str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.kubeconfig), "auth", "can-i",

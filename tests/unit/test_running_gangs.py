@@ -72,6 +72,7 @@ def bind_all(live) -> None:
 
 def flush_reports(live) -> None:
     live.reporter.submit(lambda: None).result(timeout=5)
+    live.group_writer.submit(lambda: None).result(timeout=5)
 
 
 def test_members_wait_for_min_member_then_bind_together(live):
