@@ -196,7 +196,7 @@ class Reflector:
                 if err.status == NOT_FOUND:
                     continue
                 raise
-            response.close()
+            response.data  # read out, so the connection goes back to the pool clean
             response.release_conn()
             log.info("%s: now served by the API; listing", self.name)
             return self._list()

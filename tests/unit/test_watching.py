@@ -328,3 +328,28 @@ def test_the_standalone_scheduler_also_watches_the_selectors_of_services_and_con
     watches.reflectors[1].synced.set()
     assert watches.synced
     assert watches.down(max_down=-1) == [f"{name}: watch down for 0 s" for name in names]
+
+
+def test_an_optional_kind_the_api_does_not_serve_is_an_empty_list_and_is_asked_for_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A CRD not installed (404 on the list) is no failure: no objects, synced, healthy, one log line; once the
+    CRD is installed, the next ask lists and watches it."""
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(watching, "ABSENT_RETRY", 0.01)
+    gone = ApiException(status=404, reason="Not Found")
+    fake = FakeAPI(fail(gone), fail(gone), fail(gone), listing(["a"], "7"), listing(["a"], "7"), watch(hold=True))
+    consumer = Consumer()
+    reflector = watching.Reflector(fake, name="PodGroups", on_replace=consumer.on_replace, on_event=consumer.on_event,
+                                   optional=True)
+    reflector.start()
+    try:
+        eventually(lambda: consumer.names == {"a"})
+        assert reflector.synced.is_set() and reflector.down_for() is None
+        assert consumer.replaces == 2  # the empty list once, then the real one
+        assert caplog.text.count("not served by the API") == 1 and "now served" in caplog.text
+        eventually(lambda: len(fake.watches()) == 1)
+        assert fake.watches()[0]["resource_version"] == "7" and not reflector.absent
+    finally:
+        reflector.stop()
+        fake.finished.set()
+        reflector._thread.join(5)
