@@ -9,6 +9,7 @@ configured from the environment.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -53,7 +54,17 @@ def create_app(settings: Settings | None = None) -> Flask:
     holder = reloading.ConfigHolder()
     sources.start(holder, config_file=settings.config_file, config_map=settings.config_map, core_api=core_api)
     namespace_labels = namespaces.NamespaceLabels(core_api).start()
-    return app.create_app(holder, namespace_labels=namespace_labels.get)
+    built = app.create_app(holder, namespace_labels=namespace_labels.get)
+    _freeze_startup_objects()
+    return built
+
+
+def _freeze_startup_objects() -> None:
+    """Move every object the worker holds by now (the modules of Flask, the Kubernetes client and the rest, some
+    60,000) out of the garbage collector's reach. A full collection over them took about 20 ms, and one landing
+    mid-request was the webhook's whole tail latency; what requests allocate is still collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 def _core_api(settings: Settings) -> Any | None:

@@ -10,6 +10,7 @@ costs little more than parsing `1`.
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import re
 from decimal import Decimal
@@ -39,6 +40,22 @@ class QuantityError(ValueError):
 
 def parse(value: object) -> Fraction:
     """Parse a quantity as the apiserver does; ints and floats are taken as they are."""
+    if isinstance(value, str) and len(value) <= MAX_CACHED:
+        return _parse_text(value)
+    return _parse(value)
+
+
+MAX_CACHED = 64  # characters: real quantities are short, and a cache keyed by hostile text must stay small
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """The few quantity strings pods repeat ("1", "500m", "16Gi"), parsed once: the webhook and the scheduler read
+    every pod's requests, and Decimal arithmetic is most of that cost."""
+    return _parse(value)
+
+
+def _parse(value: object) -> Fraction:
     amount = _capped(_decimal(value))
     return Fraction(_ROUND_UP.quantize(_ROUND_UP.plus(amount), _NANO))
 

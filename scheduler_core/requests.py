@@ -102,6 +102,8 @@ def _parsed(amounts: Mapping[str, object], only: Collection[str] | None) -> Requ
 
 
 def _object(value: object, field: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # JSON's own type: no ABC check (every pod of the webhook and the scheduler comes here)
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -112,16 +114,23 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
 def _objects(value: object, field: str) -> list[Mapping[str, Any]]:
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+    if not isinstance(value, list) or not all(type(item) is dict or isinstance(item, Mapping) for item in value):
         raise RequestsError(f"{field}: expected a list of objects, got {fields.shown(value)}")
     return value
 
 
 def _add(into: Requests, other: Requests) -> None:
     for name, amount in other.items():
-        into[name] = into.get(name, Fraction(0)) + amount
+        into[name] = into[name] + amount if name in into else amount  # Fraction arithmetic only where needed
 
 
 def _max(into: Requests, other: Requests) -> None:
     for name, amount in other.items():
-        into[name] = max(into.get(name, Fraction(0)), amount)
+        current = into.get(name)
+        if current is None:
+            into[name] = amount if amount > 0 else _ZERO
+        elif amount > current:
+            into[name] = amount
+
+
+_ZERO = Fraction(0)

@@ -8,14 +8,14 @@ API or happens at import time.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 
 from webhook import metrics, patches, reloading, reviews
 
@@ -29,22 +29,26 @@ NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 
 def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLabels) -> Flask:
     app = Flask("gpu-scheduler-webhook")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    outcomes = {outcome: metrics.REQUESTS.labels(outcome) for outcome in metrics.OUTCOMES}
 
     @app.post("/mutate")
     def mutate() -> Any:
         started = time.perf_counter()
         try:
-            body = json.loads(request.get_data(cache=False))
+            body = orjson.loads(_body())
             review = reviews.parse(body)
+        except BodyTooLarge:
+            outcomes["invalid"].inc()
+            return _error(400, f"body: larger than the {MAX_BODY_BYTES // 2**20} MiB limit")
         except (ValueError, RecursionError) as err:
-            metrics.REQUESTS.labels("invalid").inc()
+            outcomes["invalid"].inc()
             message = str(err) if isinstance(err, reviews.ReviewError) else f"body: not valid JSON ({err})"
             return _error(400, message)
         answer, outcome = _answer(review, holder, namespace_labels)
-        metrics.REQUESTS.labels(outcome).inc()
+        outcomes[outcome].inc()
+        encoded = orjson.dumps(answer)
         metrics.LATENCY.observe(time.perf_counter() - started)
-        return jsonify(answer)
+        return Response(encoded, content_type="application/json")
 
     @app.get("/healthz")
     def healthz() -> Any:
@@ -59,11 +63,6 @@ def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLab
     @app.get("/metrics")
     def metrics_page() -> Response:
         return Response(metrics.exposition(), content_type=metrics.CONTENT_TYPE)
-
-    @app.errorhandler(RequestEntityTooLarge)
-    def too_large(_: HTTPException) -> Any:
-        metrics.REQUESTS.labels("invalid").inc()
-        return _error(400, f"body: larger than the {MAX_BODY_BYTES // 2**20} MiB limit")
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> Any:
@@ -99,6 +98,23 @@ def _answer(
     audit = {"rule": decision.rule} if decision.rule else None
     answer = reviews.response(review.uid, patch=decision.patch, audit=audit, warnings=warnings)
     return answer, "patched" if decision.patch else "unchanged"
+
+
+class BodyTooLarge(Exception):
+    """The request body is over MAX_BODY_BYTES."""
+
+
+def _body() -> bytes:
+    """The request body, read straight from the server's stream, refused past MAX_BODY_BYTES. Flask's
+    MAX_CONTENT_LENGTH would do the same through a LimitedStream wrapper, which cost a tenth of a request's time."""
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise BodyTooLarge()
+    stream = request.environ["wsgi.input"]
+    body = stream.read(length) if length is not None else stream.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise BodyTooLarge()
+    return bytes(body)
 
 
 def _pod_name(pod: Any) -> str:

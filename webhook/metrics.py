@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY, CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+OUTCOMES = ("patched", "unchanged", "ignored", "invalid", "error", "no_config")
 REQUESTS = Counter(
     "gpu_scheduler_webhook_requests_total",
     "Admission requests answered, by outcome (patched, unchanged, ignored, invalid, error, no_config).",

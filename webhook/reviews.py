@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import orjson
+
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
@@ -116,7 +118,7 @@ def response(
     answer: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch:
         answer["patchType"] = "JSONPatch"
-        answer["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+        answer["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
     if audit:
         answer["auditAnnotations"] = dict(audit)
     if warnings:

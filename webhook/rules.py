@@ -27,11 +27,12 @@ def gpu_demand(pod: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> Fracti
         effective = requests.pod_requests(spec, gpu_resources)
     except (quantity.QuantityError, AttributeError, TypeError):
         return None
-    whole = sum((effective.get(name, Fraction(0)) for name in gpu_resources), Fraction(0))
+    amounts = [effective[name] for name in gpu_resources if name in effective]
+    whole = sum(amounts[1:], amounts[0]) if amounts else Fraction(0)
     share = _milli(annotations_of(pod).get(config.MILLI_ANNOTATION))
     if whole <= 0 and share is None:
         return None
-    return whole + Fraction(share or 0, GPU_MILLI)
+    return whole + Fraction(share, GPU_MILLI) if share else whole
 
 
 def first_match(
@@ -128,7 +129,7 @@ def labels_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def _string_map(value: object) -> Mapping[str, str]:
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _milli(value: object) -> int | None:
