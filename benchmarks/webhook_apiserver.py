@@ -9,7 +9,7 @@ MutatingWebhookConfiguration pointed at it by URL. The burst's namespace is labe
 (`gpu-scheduler.io/inject=enabled`, `team=research`), and every pod asks for a GPU, so each creation is admitted
 by the webhook and patched.
 
-For each round, two bursts of --pods (1000) pods created by 32 client threads, in alternating order:
+For each round, two bursts of --pods (1000) pods created by --threads (32) client threads, in alternating order:
 
   (a) with the webhook registered
   (b) with no MutatingWebhookConfiguration at all: the apiserver's own cost of creating a pod
@@ -24,7 +24,7 @@ Percentiles come from the histogram buckets, interpolated within a bucket as Pro
 (the webhook histogram's buckets are 5, 25, 100 ms...: a p99 between 5 and 25 ms is an estimate). Client-side
 create latency (p50 / p99) is printed beside them.
 
-    python benchmarks/webhook_apiserver.py [--pods 1000] [--rounds 3] [--json]
+    python benchmarks/webhook_apiserver.py [--pods 1000] [--rounds 3] [--threads 32] [--json]
 """
 
 from __future__ import annotations
@@ -98,22 +98,22 @@ def pod_body(name: str) -> dict[str, Any]:
                                      "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"}}}]}}
 
 
-def burst(core: Any, prefix: str, pods: int) -> list[float]:
-    """Create `pods` pods with 32 threads; each creation's latency in seconds."""
+def burst(core: Any, prefix: str, pods: int, threads: int = 32) -> list[float]:
+    """Create `pods` pods with `threads` client threads; each creation's latency in seconds."""
     def create(i: int) -> float:
         started = time.perf_counter()
         core.create_namespaced_pod(NAMESPACE, pod_body(f"{prefix}-{i:05d}"))
         return time.perf_counter() - started
-    with ThreadPoolExecutor(max_workers=32) as pool:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(create, range(pods)))
 
 
-def measure(plane: Any, api: Any, label: str, pods: int, *, webhook: bool) -> dict[str, Any]:
+def measure(plane: Any, api: Any, label: str, pods: int, *, webhook: bool, threads: int = 32) -> dict[str, Any]:
     from kubernetes import client
 
     core: Any = client.CoreV1Api(api)
     before = scrape(api)
-    latencies = sorted(burst(core, label, pods))
+    latencies = sorted(burst(core, label, pods, threads))
     after = scrape(api)
     core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
     post = {"verb": "POST", "resource": "pods"}
@@ -146,6 +146,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=1000, help="pods per burst")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, the two bursts alternating; medians")
+    parser.add_argument("--threads", type=int, default=32, help="client threads creating the pods")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if cp.find_binaries() is None:
@@ -181,7 +182,7 @@ def main() -> int:
                     installing.wait_for(lambda: not _admitted(core), what="pods created unmutated", timeout=30)
                 name = "with webhook" if with_hook else "no webhook"
                 results[name].append(measure(plane, api, f"r{r}-{'a' if with_hook else 'b'}", args.pods,
-                                             webhook=with_hook))
+                                             webhook=with_hook, threads=args.threads))
         finally:
             installation.uninstall()
     summary = {name: {key: statistics.median(v) if (v := [r[key] for r in rounds if r.get(key) is not None])
@@ -189,7 +190,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({"pods": args.pods, "rounds": results, "summary": summary}, indent=2))
         return 0
-    print(f"\n{args.pods} pods per burst, 32 client threads, medians of {args.rounds} round(s)")
+    print(f"\n{args.pods} pods per burst, {args.threads} client threads, medians of {args.rounds} round(s)")
     print(f"{'burst':<14}{'webhook p50':>13}{'webhook p99':>13}{'create p50':>12}{'create p99':>12}"
           f"{'client p50':>12}{'client p99':>12}   (ms; webhook and create: the apiserver's histograms)")
     for name, s in summary.items():
