@@ -118,12 +118,21 @@ def response(
     answer: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch:
         answer["patchType"] = "JSONPatch"
-        answer["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+        answer["patch"] = base64.b64encode(_compact(patch)).decode()
     if audit:
         answer["auditAnnotations"] = dict(audit)
     if warnings:
         answer["warnings"] = list(warnings)
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": answer}
+
+
+def _compact(value: Any) -> bytes:
+    """Compact JSON: orjson, or the standard library for the one thing orjson refuses, a lone surrogate in a string
+    (a config's `set.annotations` may hold one; it is escaped as JSON allows)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _kind(value: object) -> str:

@@ -86,3 +86,9 @@ def test_a_response_with_a_patch_carries_its_type():
 def test_a_response_without_a_patch_has_neither_patch_nor_type():
     response = reviews.response("u1", patch=[])["response"]
     assert response == {"uid": "u1", "allowed": True}
+
+
+def test_a_patch_value_orjson_refuses_is_still_encoded():
+    """A lone surrogate (a config's set.annotations may hold one) is escaped, not a 500."""
+    answer = reviews.response("u", patch=[{"op": "add", "path": "/metadata/annotations/x", "value": "\ud800"}])
+    assert json.loads(base64.b64decode(answer["response"]["patch"]))[0]["value"] == "\ud800"
