@@ -12,7 +12,14 @@ Two phases per server:
 
 Targets (issue 2): our throughput >= 0.9 x the baseline; p99 <= 5 ms at 500 req/s.
 
-    python benchmarks/webhook.py [--seconds 10] [--rounds 3] [--clients 4] [--rate 500] [--workers 2] [--json]
+With --deployed, ours runs as it is deployed: on a real etcd + kube-apiserver from `hack/control-plane.sh build`,
+installed as the e2e tests install it (its service account, its ConfigMap holding the bundled config, its Namespace
+watch), and the reviews' namespace `ml` exists with the labels the rules select (`team=research`), so every
+request looks its namespace up in the watched cache. Without it, ours has no cluster (KUBECONFIG=/nonexistent) and
+treats namespace labels as unknown.
+
+    python benchmarks/webhook.py [--seconds 10] [--rounds 3] [--clients 4] [--rate 500] [--workers 2] [--deployed]
+                                 [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -189,6 +197,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; figures are medians (default 3)")
     parser.add_argument("--rate", type=float, default=500.0, help="total paced rate, req/s (default 500)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers of both servers (default 2)")
+    parser.add_argument("--deployed", action="store_true",
+                        help="run ours installed on a real control plane, with its Namespace watch (see above)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -202,10 +212,16 @@ def main() -> int:
     from tqdm import tqdm
 
     work = Path(tempfile.mkdtemp(prefix="webhook-bench-"))
-    certs = servers.generate_certs(work / "certs")
+    plane: Any = None
+    installation: Any = None
+    if args.deployed:
+        plane, installation = _deployed(work)
+        certs, ours = installation.certs, installation.server
+    else:
+        certs = servers.generate_certs(work / "certs")
+        ours = servers.start_webhook(certs, work, "--config", str(ROOT / "examples" / "config.yaml"),
+                                     workers=args.workers, env={"KUBECONFIG": "/nonexistent"})
     cafile = str(certs / "ca.crt")
-    ours = servers.start_webhook(certs, work, "--config", str(ROOT / "examples" / "config.yaml"),
-                                 workers=args.workers, env={"KUBECONFIG": "/nonexistent"})
     port = servers.free_port()
     baseline = subprocess.Popen(
         [sys.executable, __file__, "--serve-baseline", "--port", str(port), "--workers", str(args.workers),
@@ -230,6 +246,9 @@ def main() -> int:
         ours.stop()
         os.killpg(baseline.pid, signal.SIGTERM)
         baseline.wait(15)
+        if installation is not None:
+            installation.uninstall()
+            plane.stop()
     results = {name: {phase: _median(r) for phase, r in phases_.items()} for name, phases_ in runs.items()}
 
     ratio = results["gpu-scheduler"]["saturation"]["rps"] / results["baseline"]["saturation"]["rps"]
@@ -245,6 +264,7 @@ def main() -> int:
         "paced_connections_per_client": args.paced_connections,
         "rounds": args.rounds,
         "workers": args.workers,
+        "deployed": args.deployed,
         "cpus": os.cpu_count(),
     }
     if args.json:
@@ -260,6 +280,31 @@ def main() -> int:
     print(f"p99 at {args.rate:g} req/s: {summary['p99_at_rate_ms']:.2f} ms (target <= 5 ms: "
           f"{'met' if summary['p99_target_met'] else 'NOT met'})")
     return 0
+
+
+def _deployed(work: Path) -> tuple[Any, Any]:
+    """A control plane with the webhook installed as deployed, and the reviews' namespace labelled as the bundled
+    rules expect; the webhook answers once its Namespace watch has seen it."""
+    from kubernetes import client
+
+    from tests.e2e import controlplane as cp
+    from tests.e2e import installing
+
+    if cp.find_binaries() is None:
+        raise SystemExit("control-plane binaries missing: run hack/control-plane.sh build")
+    plane = cp.ControlPlane(controller_manager=False)
+    plane.start()
+    api = plane.api_client()
+    core: Any = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "ml", "labels": {"team": "research"}}})
+    installation = installing.install_webhook(plane, api, work, (ROOT / "examples" / "config.yaml").read_text())
+    body = json.dumps(REVIEW).encode()
+
+    def namespace_known() -> bool:
+        status, raw = installation.server.request("POST", "/mutate", body)
+        return status == 200 and not json.loads(raw)["response"].get("warnings")
+    servers.eventually(namespace_known, timeout=30)
+    return plane, installation
 
 
 def _healthy(port: int, cafile: str) -> bool:
