@@ -81,6 +81,20 @@ def _load_certificate(worker: Any) -> None:
     sock.ssl_context(worker.cfg)
 
 
+def _load_certificate_before_workers(arbiter: Any) -> None:
+    """The master loads the pair once, before any worker forks, and every worker inherits that context: a worker
+    (re)started while the files are mid-swap then keeps serving with it instead of failing to boot, which would
+    make gunicorn stop the whole server (seen when a swap landed between a worker's start and its first load)."""
+    from gunicorn import sock
+
+    try:
+        sock.ssl_context(arbiter.cfg)
+    except (ssl.SSLError, OSError, ValueError) as err:
+        log.error("serving certificate %s with key %s does not load: %s", arbiter.cfg.certfile, arbiter.cfg.keyfile,
+                  err)
+        raise SystemExit(2) from err
+
+
 def _stamp(path: str) -> tuple[int, ...]:
     try:
         found = os.stat(path)  # follows the kubelet's ..data symlinks to the current version
@@ -142,7 +156,7 @@ def serve(load_app: Callable[[], Any], options: ServerOptions, *, preload: tuple
         if options.cert_file is None or options.key_file is None:
             raise ValueError("cert_file and key_file go together: both for TLS, neither for plain HTTP")
         gunicorn_options.update(certfile=options.cert_file, keyfile=options.key_file, ssl_context=ServingCertificate(),
-                                post_worker_init=_load_certificate)
+                                when_ready=_load_certificate_before_workers, post_worker_init=_load_certificate)
     try:
         _Server(load_app, gunicorn_options).run()
     finally:
