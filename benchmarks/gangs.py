@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +43,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import servers  # noqa: E402
+from benchmarks import sides  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 
 CONFIG = "schedulerName: gpu-scheduler\nadmission: {rules: [{name: any-gpu}]}\n"
@@ -206,22 +204,7 @@ def main() -> int:
         create_nodes(api, args.nodes, args.gpus)
 
         def ours() -> Callable[[], None]:
-            """Started, and once its model holds every node (as kube-scheduler's start waits for /healthz and
-            its informers), the clock may run."""
-            log = (work / "run.log").open("ab")
-            port = servers.free_port()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "gpu_scheduler", "run", "--config", str(config_file), "--kubeconfig",
-                 str(plane.kubeconfig), "--port", str(port), "--log-level", "warning"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                               os.environ.get("PYTHONPATH")]))})
-
-            def stop() -> None:
-                servers.stop_process(process)
-                log.close()
-            servers.eventually(lambda: _nodes_in_model(port) >= args.nodes, timeout=120)
-            return stop
+            return sides.start_run(plane.kubeconfig, config_file, work / "run.log", nodes=args.nodes)
 
         def kube_scheduler() -> Callable[[], None]:
             return plane.start_scheduler(json.dumps(UNTHROTTLED), extra_args=cp.GANG_SCHEDULER_ARGS).stop
@@ -237,9 +220,9 @@ def main() -> int:
                                                             scheduler_name))
             print(f"round {round_number}: " + "; ".join(f"{name} {_rate(rounds[-1])}"
                                                         for name, rounds in results.items())
-                  + "".join(f"; a/b {ratio:.2f}" for ratio in _ratios(results, round_number)), file=out, flush=True)
+                  + "".join(f"; a/b {ratio:.2f}" for ratio in sides.ratios(results, round_number)), file=out, flush=True)
         print(f"logs: {work} (gpu-scheduler run)", file=sys.stderr)
-    ratios = _ratios(results)
+    ratios = sides.ratios(results)
     summary: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": args.gpus, "groups": args.groups,
                                "members": args.members, "gpus_per_member": args.gpus_per_member, "rounds": args.rounds}
     keys = ("to_gang_median", "to_gang_p90", "spread_median", "spread_max", "partial_gangs", "partial_gpus")
@@ -262,8 +245,8 @@ def main() -> int:
           f"{'partial gangs':>15}")
     for name in results:
         s = summary[name]
-        print(f"{name:<16}{_fmt(s['pods_per_s'], 1):>8}{_fmt(s['to_gang_median'], 2):>21}{_fmt(s['to_gang_p90'], 2):>7}"
-              f"{_fmt(s['spread_median'], 3):>21}{_fmt(s['spread_max'], 3):>7}{_fmt(s['partial_gangs'], 0):>15}")
+        print(f"{name:<16}{sides.fmt(s['pods_per_s'], 1):>8}{sides.fmt(s['to_gang_median'], 2):>21}{sides.fmt(s['to_gang_p90'], 2):>7}"
+              f"{sides.fmt(s['spread_median'], 3):>21}{sides.fmt(s['spread_max'], 3):>7}{sides.fmt(s['partial_gangs'], 0):>15}")
     print("pods/s: members / seconds from the first creation until the API showed every member bound")
     print("time to a gang: from a gang's first member created to its last member bound; binding spread: from its "
           "first member bound to its last")
@@ -273,31 +256,11 @@ def main() -> int:
     return 0
 
 
-def _nodes_in_model(port: int) -> int:
-    """Nodes with GPUs in a running `gpu-scheduler run`'s model, from its /metrics (0 until it answers)."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            text = reply.read().decode()
-    except OSError:
-        return 0
-    return sum(1 for line in text.splitlines() if line.startswith("gpu_scheduler_allocated_gpus{"))
-
-
-def _ratios(results: dict[str, list[dict[str, Any]]], only_round: int = 0) -> list[float]:
-    pairs = list(zip(results.get("gpu-scheduler", []), results.get("kube-scheduler", [])))
-    if only_round:
-        pairs = pairs[only_round - 1:only_round]
-    return [a["pods_per_s"] / b["pods_per_s"] for a, b in pairs if a["completed"] and b["completed"]]
 
 
 def _rate(result: dict[str, Any]) -> str:
     return f"{result['pods_per_s']:.1f} pods/s" if result["completed"] else f"unfinished ({result['bound']} bound)"
 
-
-def _fmt(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":

@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,7 +54,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import servers  # noqa: E402
+from benchmarks import sides  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 
 CONFIG = "schedulerName: gpu-scheduler\nadmission: {rules: [{name: any-gpu}]}\n"
@@ -352,18 +350,7 @@ def main() -> int:
         create_priority_classes(api)
 
         def ours() -> Callable[[], None]:
-            log = (work / "run.log").open("ab")
-            process = subprocess.Popen(
-                [sys.executable, "-m", "gpu_scheduler", "run", "--config", str(config_file), "--kubeconfig",
-                 str(plane.kubeconfig), "--port", str(servers.free_port()), "--log-level", "warning"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                               os.environ.get("PYTHONPATH")]))})
-
-            def stop() -> None:
-                servers.stop_process(process)
-                log.close()
-            return stop
+            return sides.start_run(plane.kubeconfig, config_file, work / "run.log")
 
         def kube_scheduler() -> Callable[[], None]:
             return plane.start_scheduler(json.dumps(UNTHROTTLED)).stop
@@ -380,10 +367,10 @@ def main() -> int:
             print(f"round {round_number}: " + "; ".join(
                 f"{name} {_rate(rounds[-1])}, {rounds[-1]['victims_per_pod']:.2f} victims/pod, "
                 f"{rounds[-1]['fragmented_gpus']} fragmented GPUs" for name, rounds in results.items())
-                + "".join(f"; a/b {ratio:.2f}" for ratio in _ratios(results, round_number)), file=out, flush=True)
+                + "".join(f"; a/b {ratio:.2f}" for ratio in sides.ratios(results, round_number)), file=out, flush=True)
         print(f"logs: {work} (gpu-scheduler run), kube-scheduler's are removed with the control plane",
               file=sys.stderr)
-    ratios = _ratios(results)
+    ratios = sides.ratios(results)
     summary: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": args.gpus, "high_pods": args.pods,
                                "high_gpus": args.high_gpus, "fill": args.fill, "rounds": args.rounds}
     for name, rounds in results.items():
@@ -408,7 +395,7 @@ def main() -> int:
     for name, rounds in results.items():
         s = summary[name]
         seconds = [r["seconds"] for r in rounds if r["completed"]]
-        print(f"{name:<16}{_fmt(s['pods_per_s'], 0):>8}{_fmt(statistics.median(seconds) if seconds else None, 1):>9}"
+        print(f"{name:<16}{sides.fmt(s['pods_per_s'], 0):>8}{sides.fmt(statistics.median(seconds) if seconds else None, 1):>9}"
               f"{s['victims_per_pod']:>13.2f}{s['fragmented_gpus']:>17.0f}{s['fragmented_per_node']:>10.3f}"
               f"{s['idle_gpus']:>11.0f}   " + ", ".join(_rate(r).removesuffix(" pods/s") for r in rounds))
     for name, rounds in results.items():
@@ -427,21 +414,11 @@ def main() -> int:
     return 0
 
 
-def _ratios(results: dict[str, list[dict[str, Any]]], only_round: int = 0) -> list[float]:
-    """Ours over kube-scheduler's rate, round by round (rounds where both finished); or that of one round."""
-    pairs = list(zip(results.get("gpu-scheduler", []), results.get("kube-scheduler", [])))
-    if only_round:
-        pairs = pairs[only_round - 1:only_round]
-    return [a["pods_per_s"] / b["pods_per_s"] for a, b in pairs if a["completed"] and b["completed"]]
-
 
 def _rate(result: dict[str, Any]) -> str:
     return (f"{result['pods_per_s']:.0f} pods/s" if result["completed"]
             else f"unfinished ({result['high_bound']} bound)")
 
-
-def _fmt(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":

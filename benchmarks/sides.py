@@ -1,0 +1,57 @@
+"""What the benchmarks that race `gpu-scheduler run` against kube-scheduler on one control plane share: starting
+ours as a subprocess, the per-round a/b ratios, and the number format of their tables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests import servers  # noqa: E402
+
+
+def start_run(kubeconfig: Path, config_file: Path, log_path: Path, *, nodes: int = 0) -> Callable[[], None]:
+    """`gpu-scheduler run` against `kubeconfig`, logging to `log_path`; with `nodes`, returns once its model holds
+    that many GPU nodes (as kube-scheduler's start waits for its informers). Returns how to stop it."""
+    log = log_path.open("ab")
+    port = servers.free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpu_scheduler", "run", "--config", str(config_file), "--kubeconfig", str(kubeconfig),
+         "--port", str(port), "--log-level", "warning"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+
+    def stop() -> None:
+        servers.stop_process(process)
+        log.close()
+    if nodes:
+        servers.eventually(lambda: _nodes_in_model(port) >= nodes, timeout=120)
+    return stop
+
+
+def _nodes_in_model(port: int) -> int:
+    """Nodes with GPUs in a running `gpu-scheduler run`'s model, from its /metrics (0 until it answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return 0
+    return sum(1 for line in text.splitlines() if line.startswith("gpu_scheduler_allocated_gpus{"))
+
+
+def ratios(results: dict[str, list[dict[str, Any]]], only_round: int = 0) -> list[float]:
+    """Ours over kube-scheduler's rate, round by round (rounds where both finished); or that of one round."""
+    pairs = list(zip(results.get("gpu-scheduler", []), results.get("kube-scheduler", [])))
+    if only_round:
+        pairs = pairs[only_round - 1:only_round]
+    return [a["pods_per_s"] / b["pods_per_s"] for a, b in pairs if a["completed"] and b["completed"]]
+
+
+def fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
