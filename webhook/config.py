@@ -404,15 +404,22 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[_Checker, object, str], Any]:
     return convert
 
 
-def _dns_subdomain(check: _Checker, value: object, path: str) -> str | None:
-    text = _string(check, value, path)
-    if text is None:
-        return None
-    problem = names.dns_subdomain_problem(text)
-    if problem:
-        check.fail(path, f"{problem}, got {_show(text)}")
-        return None
-    return text
+def _name(problem_of: Callable[[str], str | None]) -> Callable[[_Checker, object, str], str | None]:
+    """A string `problem_of` finds nothing wrong with (a DNS subdomain, a label key)."""
+    def convert(check: _Checker, value: object, path: str) -> str | None:
+        text = _string(check, value, path)
+        if text is None:
+            return None
+        problem = problem_of(text)
+        if problem:
+            check.fail(path, f"{problem}, got {_show(text)}")
+            return None
+        return text
+    return convert
+
+
+_dns_subdomain = _name(names.dns_subdomain_problem)
+_qualified_name = _name(names.qualified_name_problem)
 
 
 def _label_value_name(check: _Checker, value: object, path: str) -> str | None:
@@ -509,12 +516,8 @@ def _value_source(check: _Checker, value: object, path: str) -> ValueSource | No
         return None
     kind, raw = next(iter(value.items()))
     key_path = _join(path, kind)
-    key = _string(check, raw, key_path)
+    key = _qualified_name(check, raw, key_path)
     if key is None:
-        return None
-    problem = names.qualified_name_problem(key)
-    if problem:
-        check.fail(key_path, f"{problem}, got {_show(key)}")
         return None
     return ValueSource("label" if kind == "label" else "annotation", key)
 
