@@ -213,10 +213,12 @@ class ControlPlane:
         start_timeout: float = 120.0,
         extra_apiserver_args: Sequence[str] = (),
         controller_manager: bool = True,
+        extra_controller_manager_args: Sequence[str] = (),
     ) -> None:
         """`extra_apiserver_args` go after the defaults (a later flag wins), e.g.
-        `["--watch-cache=false"]` for watches served straight from etcd. Without `controller_manager`
-        nothing acts on workloads, owners or volumes: only what the test itself does happens."""
+        `["--watch-cache=false"]` for watches served straight from etcd; `extra_controller_manager_args` likewise
+        (e.g. `["--kube-api-qps=100"]`). Without `controller_manager` nothing acts on workloads, owners or volumes:
+        only what the test itself does happens."""
         found = bin_dir or find_binaries()
         if found is None:
             raise FileNotFoundError(
@@ -234,6 +236,7 @@ class ControlPlane:
         self.kubeconfig = self.dir / "admin.kubeconfig"
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.controller_manager = controller_manager
+        self.extra_controller_manager_args = list(extra_controller_manager_args)
         self._apiserver: Process | None = None
         self._components: list[Process] = []
         self._kubeconfigs = 0
@@ -418,6 +421,7 @@ class ControlPlane:
                 f"--service-account-private-key-file={self.dir / 'pki' / 'sa.key'}",
                 f"--root-ca-file={self.ca_cert}",
                 f"--controllers={','.join(CONTROLLERS)}",
+                *self.extra_controller_manager_args,
             ],
         )
         insecure = ssl.create_default_context()

@@ -1,0 +1,3 @@
+module floorwebhook
+
+go 1.22
