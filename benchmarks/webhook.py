@@ -12,7 +12,8 @@ Two phases per server:
 
 Targets (issue 17), in every run: ours' p99 at 500 req/s <= 1.5 x the baseline's and <= 5 ms; throughput
 >= 0.95 x the baseline's. A run is --rounds rounds; in each, the two servers are measured back to back per phase,
-and a run's figures are medians over its rounds. --runs N makes N consecutive runs, each printed.
+and a run's figures are medians over its rounds. --runs N makes N consecutive runs, each printed. --against-itself
+puts a second copy of the baseline in ours' place: the spread of the ratios when nothing differs.
 
 With --deployed, ours runs as it is deployed: on a real etcd + kube-apiserver from `hack/control-plane.sh build`,
 installed as the e2e tests install it (its service account, its ConfigMap holding the bundled config, its Namespace
@@ -21,7 +22,7 @@ request looks its namespace up in the watched cache. Without it, ours has no clu
 treats namespace labels as unknown.
 
     python benchmarks/webhook.py [--runs 1] [--seconds 10] [--rounds 3] [--clients 4] [--rate 500] [--workers 2]
-                                 [--deployed] [--json]
+                                 [--deployed | --against-itself] [--json]
 """
 
 from __future__ import annotations
@@ -260,6 +261,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers of both servers (default 2)")
     parser.add_argument("--deployed", action="store_true",
                         help="run ours installed on a real control plane, with its Namespace watch (see above)")
+    parser.add_argument("--against-itself", action="store_true",
+                        help="measure the baseline against a second copy of itself instead of ours: how far the "
+                             "ratios spread on this machine when nothing differs")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -275,7 +279,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="webhook-bench-"))
     plane: Any = None
     installation: Any = None
-    if args.deployed:
+    ours: Any
+    if args.against_itself:
+        if args.deployed:
+            parser.error("--against-itself measures the baseline against a copy of itself: --deployed has no meaning")
+        certs = servers.generate_certs(work / "certs")
+        (work / "copy").mkdir()
+        ours = start_baseline(certs, work / "copy", args.workers)
+        print("against itself: 'ours' below is a second copy of the baseline", file=sys.stderr)
+    elif args.deployed:
         plane, installation = _deployed(work)
         certs, ours = installation.certs, installation.server
     else:
@@ -294,7 +306,7 @@ def main() -> int:
             for number in range(1, args.runs + 1):
                 done.append(one_run(targets, cafile, args, progress))
                 if not args.json:
-                    progress.write(_run_line(number, done[-1], args.rate))
+                    progress.write(_run_line(number, done[-1], args.rate, "the copy" if args.against_itself else "ours"))
     finally:
         ours.stop()
         baseline.stop()
@@ -305,7 +317,7 @@ def main() -> int:
     settings = {"rate": args.rate, "seconds": args.seconds, "rounds": args.rounds, "clients": args.clients,
                 "paced_clients": args.paced_clients, "connections_per_client": args.connections,
                 "paced_connections_per_client": args.paced_connections, "workers": args.workers,
-                "deployed": args.deployed, "cpus": os.cpu_count()}
+                "deployed": args.deployed, "against_itself": args.against_itself, "cpus": os.cpu_count()}
     if args.json:
         print(json.dumps({"runs": done, "targets_met_in": met, "settings": settings}, indent=2))
         return 0
@@ -313,17 +325,18 @@ def main() -> int:
     print(f"\nlast run, medians of {args.rounds} rounds:")
     print(f"{'server':<15}{'phase':<12}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
     for name, phases_ in last.items():
+        shown = "baseline copy" if args.against_itself and name == "gpu-scheduler" else name
         for phase, r in phases_.items():
             label = f"{phase}@{args.rate:g}" if phase == "paced" else phase
-            print(f"{name:<15}{label:<12}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
+            print(f"{shown:<15}{label:<12}{r['rps']:>9.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
     print(f"\ntargets (ours' p99 at {args.rate:g} req/s <= {TARGET_P99_RATIO:g} x the baseline's and <= "
           f"{TARGET_P99_MS:g} ms; throughput ratio >= {TARGET_THROUGHPUT_RATIO:g}) met in {met} of {len(done)} run(s)")
     return 0
 
 
-def _run_line(number: int, run: dict[str, Any], rate: float) -> str:
+def _run_line(number: int, run: dict[str, Any], rate: float, second: str = "ours") -> str:
     paced = {name: phases_["paced"]["p99_ms"] for name, phases_ in run["results"].items()}
-    return (f"run {number}: p99 at {rate:g} req/s baseline {paced['baseline']:.2f} ms, ours "
+    return (f"run {number}: p99 at {rate:g} req/s baseline {paced['baseline']:.2f} ms, {second} "
             f"{paced['gpu-scheduler']:.2f} ms (ratio {run['p99_ratio']:.2f}); throughput ratio "
             f"{run['throughput_ratio']:.2f}; targets {'met' if run['targets_met'] else 'NOT met'}")
 
