@@ -131,7 +131,7 @@ def start_baseline(certs: Path, work: Path, workers: int = 2) -> Baseline:
         [sys.executable, __file__, "--serve-baseline", "--port", str(port), "--workers", str(workers),
          "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key")],
         stdout=subprocess.DEVNULL, stderr=(work / "baseline.log").open("wb"), start_new_session=True)
-    servers.eventually(lambda: _healthy(port, str(certs / "ca.crt")), timeout=30)
+    servers.eventually(lambda: healthy(port, str(certs / "ca.crt")), timeout=30)
     return Baseline(process, port)
 
 
@@ -306,7 +306,8 @@ def main() -> int:
             for number in range(1, args.runs + 1):
                 done.append(one_run(targets, cafile, args, progress))
                 if not args.json:
-                    progress.write(_run_line(number, done[-1], args.rate, "the copy" if args.against_itself else "ours"))
+                    second = "the copy" if args.against_itself else "ours"
+                    progress.write(_run_line(number, done[-1], args.rate, second))
     finally:
         ours.stop()
         baseline.stop()
@@ -366,7 +367,7 @@ def _deployed(work: Path) -> tuple[Any, Any]:
     return plane, installation
 
 
-def _healthy(port: int, cafile: str) -> bool:
+def healthy(port: int, cafile: str) -> bool:
     try:
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=cafile),
                                            timeout=2)

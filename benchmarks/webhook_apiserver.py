@@ -59,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import sides  # noqa: E402
 from benchmarks import webhook as webhook_bench  # noqa: E402  (its bare Flask baseline)
 from tests import servers  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
@@ -208,7 +209,8 @@ def measure(api: Any, label: str, args: argparse.Namespace, *, webhook: bool, se
         result.update(webhook_calls=int(count),
                       webhook_p50_ms=_ms(quantile(0.5, *calls)),
                       webhook_p99_ms=_ms(quantile(0.99, *calls)),
-                      webhook_within_5ms=(calls[1].get(0.005, 0.0) - calls[0].get(0.005, 0.0)) / count if count else None)
+                      webhook_within_5ms=((calls[1].get(0.005, 0.0) - calls[0].get(0.005, 0.0)) / count
+                                          if count else None))
     if server is not None:
         served = histogram(served_before, SERVER_HISTOGRAM, {}), histogram(served_after, SERVER_HISTOGRAM, {})
         result.update(server_p50_ms=_ms(quantile(0.5, *served)), server_p99_ms=_ms(quantile(0.99, *served)))
@@ -240,7 +242,7 @@ class Floor:
         self.process = subprocess.Popen([str(binary), f"127.0.0.1:{self.port}", str(certs / "tls.crt"),
                                          str(certs / "tls.key")], stdout=subprocess.DEVNULL,
                                         stderr=(work / "floor.log").open("wb"))
-        servers.eventually(lambda: webhook_bench._healthy(self.port, str(certs / "ca.crt")), timeout=30)
+        servers.eventually(lambda: webhook_bench.healthy(self.port, str(certs / "ca.crt")), timeout=30)
 
     def stop(self) -> None:
         servers.stop_process(self.process)
@@ -326,14 +328,16 @@ def main() -> int:
           f"{'create p99':>12}{'ours, own p99':>15}")
     for name, s in summary.items():
         within = s.get("webhook_within_5ms")
-        print(f"{name:<20}{s['pods_per_s']:>8.0f}{_fmt(s.get('webhook_p50_ms')):>13}{_fmt(s.get('webhook_p99_ms')):>13}"
-              f"{'-' if within is None else f'{100 * within:.1f}%':>9}{_fmt(s['create_p50_ms']):>12}"
-              f"{_fmt(s['create_p99_ms']):>12}{_fmt(s.get('server_p99_ms')):>15}")
+        ms = {key: sides.fmt(s.get(key), 2) for key in ("webhook_p50_ms", "webhook_p99_ms", "create_p50_ms",
+                                                         "create_p99_ms", "server_p99_ms")}
+        print(f"{name:<20}{s['pods_per_s']:>8.0f}{ms['webhook_p50_ms']:>13}{ms['webhook_p99_ms']:>13}"
+              f"{'-' if within is None else f'{100 * within:.1f}%':>9}{ms['create_p50_ms']:>12}"
+              f"{ms['create_p99_ms']:>12}{ms['server_p99_ms']:>15}")
     print("webhook and create: the apiserver's histograms; <= 5 ms: calls in the webhook histogram's first bucket; "
           "ours, own: gpu_scheduler_webhook_request_duration_seconds")
     for name in (OURS, FLASK, FLOOR):
-        print(f"per round, {name}: webhook p99 " + ", ".join(_fmt(r.get("webhook_p99_ms")) for r in results[name])
-              + " ms")
+        print(f"per round, {name}: webhook p99 "
+              + ", ".join(sides.fmt(r.get("webhook_p99_ms"), 2) for r in results[name]) + " ms")
     met = sum(1 for r in results[OURS] if (r.get("webhook_p99_ms") or 0) <= TARGET_P99_MS)
     print(f"our webhook's p99 as the apiserver measures it <= {TARGET_P99_MS:g} ms in {met} of {args.rounds} round(s)")
     return 0
@@ -360,10 +364,6 @@ def _mutated_by(core: Any) -> str:
     if "gpu-scheduler.io/rule" in (created.metadata.annotations or {}):
         return OURS
     return FLOOR if (created.metadata.labels or {}).get("served-by") == "go-floor" else FLASK
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":
