@@ -80,8 +80,10 @@ def pod_requests(spec: Mapping[str, Any], only: Collection[str] | None = None) -
         _max(init_peak, running)
 
     _max(total, init_peak)
-    total.update(_pod_level(spec, total, only))
-    _add(total, _parsed(_object(spec.get("overhead"), "spec.overhead"), only))
+    if spec.get("resources") is not None:  # the common pod has neither this nor an overhead: skip the work
+        total.update(_pod_level(spec, total, only))
+    if spec.get("overhead") is not None:
+        _add(total, _parsed(_object(spec["overhead"], "spec.overhead"), only))
     return total
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
 
 import yaml
@@ -87,8 +88,10 @@ class RuleActions:
     labels: tuple[tuple[str, str], ...] = ()  # labels, never overwriting
     pod_group: PodGroupAction | None = None  # -> gpu-scheduler.io/pod-group and -min-member, from the pod's values
 
-    def annotation_items(self) -> list[tuple[str, str]]:
-        """Every annotation the rule sets alike on every pod: not deletion cost, the rule name, nor a pod group."""
+    @cached_property
+    def annotation_items(self) -> tuple[tuple[str, str], ...]:
+        """Every annotation the rule sets alike on every pod: not deletion cost, the rule name, nor a pod group.
+        Worked out once per configuration, not per admitted pod."""
         items = []
         if self.gpu_model is not None:
             items.append((MODEL_ANNOTATION, self.gpu_model))
@@ -96,7 +99,7 @@ class RuleActions:
             items.append((MEMORY_ANNOTATION, str(self.gpu_memory_mib)))
         if self.spot is not None:
             items.append((SPOT_ANNOTATION, self.spot))
-        return items + list(self.annotations)
+        return (*items, *self.annotations)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,11 @@ class Admission:
     override_scheduler_name: bool = False  # replace a non-default schedulerName the pod has
     initial_deletion_cost: int = -50  # deletion cost when the rule sets none
     rules: tuple[Rule, ...] = ()
+
+    @cached_property
+    def selects_namespaces(self) -> bool:
+        """Whether any rule has a namespaceSelector, so that a pod's namespace labels must be looked up."""
+        return any(rule.namespace_selector is not None for rule in self.rules)
 
 
 @dataclass(frozen=True)

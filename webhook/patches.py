@@ -53,11 +53,11 @@ def decide(
     if current not in (DEFAULT_SCHEDULER, settings.scheduler_name) and not admission.override_scheduler_name:
         return Decision(reason=f"pod names scheduler {current!r}", gpus=gpus)
 
-    has_namespace_rules = any(r.namespace_selector is not None for r in admission.rules)
-    unknown = namespace_labels is None and has_namespace_rules
+    unknown = namespace_labels is None and admission.selects_namespaces
+    labels = rules.labels_of(pod)
     rule, skipped = rules.first_match(
         admission.rules,
-        pod_labels=rules.labels_of(pod),
+        pod_labels=labels,
         namespace_labels=namespace_labels,
         gpus=gpus,
     )
@@ -69,7 +69,7 @@ def decide(
         patch.append({"op": "add", "path": "/spec/schedulerName", "value": settings.scheduler_name})
 
     existing = rules.annotations_of(pod)
-    wanted = [(k, v) for k, v in rule.actions.annotation_items() if k not in existing]
+    wanted = [(k, v) for k, v in rule.actions.annotation_items if k not in existing]
     notes: tuple[str, ...] = ()
     if rule.actions.pod_group is not None:
         group, why_not = rules.pod_group_annotations(rule.actions.pod_group, pod)
@@ -77,13 +77,11 @@ def decide(
         notes = (f"set.podGroup: no group annotations: {why_not}",) if why_not else ()
     cost = admission.initial_deletion_cost if rule.actions.deletion_cost is None else rule.actions.deletion_cost
     if profile.DELETION_COST_ANNOTATION not in existing:
-        wanted.append((profile.DELETION_COST_ANNOTATION, str(cost)))
-        wanted.append((profile.INITIAL_COST_ANNOTATION, str(cost)))
+        wanted += ((profile.DELETION_COST_ANNOTATION, str(cost)), (profile.INITIAL_COST_ANNOTATION, str(cost)))
     if existing.get(profile.RULE_ANNOTATION) != rule.name:
         wanted.append((profile.RULE_ANNOTATION, rule.name))
     patch += _add_to_map(pod, "annotations", wanted)
 
-    labels = rules.labels_of(pod)
     patch += _add_to_map(pod, "labels", [(k, v) for k, v in rule.actions.labels if k not in labels])
     return Decision(patch=patch, rule=rule.name, reason=f"matched rule {rule.name!r}", gpus=gpus,
                     namespace_unknown=unknown, skipped=skipped, notes=notes)

@@ -15,6 +15,7 @@ from scheduler_core import fields, podgroups, quantity, requests
 from webhook import config, selectors
 
 GPU_MILLI = 1000
+_NONE = Fraction(0)
 
 
 def gpu_demand(pod: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> Fraction | None:
@@ -28,7 +29,7 @@ def gpu_demand(pod: Mapping[str, Any], gpu_resources: tuple[str, ...]) -> Fracti
     except (quantity.QuantityError, AttributeError, TypeError):
         return None
     amounts = [effective[name] for name in gpu_resources if name in effective]
-    whole = sum(amounts[1:], amounts[0]) if amounts else Fraction(0)
+    whole = amounts[0] if len(amounts) == 1 else sum(amounts, _NONE)
     share = _milli(annotations_of(pod).get(config.MILLI_ANNOTATION))
     if whole <= 0 and share is None:
         return None

@@ -62,12 +62,12 @@ def test_the_design_example_parses_into_rules():
     assert first.name == "a100-training"
     assert first.min_gpus == 2 and first.max_gpus == 8
     assert first.namespace_selector is not None and first.namespace_selector.matches({"team": "research"})
-    assert first.actions.annotation_items() == [
+    assert first.actions.annotation_items == (
         ("gpu.nvidia.com/model", "A100"),
         ("gpu.nvidia.com/memory", "40960"),
         ("gpu-scheduler.io/spot", "avoid"),
         ("example.com/owner", "ml"),
-    ]
+    )
     assert first.actions.labels == (("tier", "gold"),)
     assert settings.admission.override_scheduler_name is True
     assert settings.admission.gpu_resources == ("nvidia.com/gpu", "amd.com/gpu")
@@ -214,7 +214,7 @@ def test_set_pod_group_valid_forms(pod_group, expected):
     settings = load(f"admission: {{rules: [{{name: a, set: {{podGroup: {pod_group}}}}}]}}")
     actions = settings.admission.rules[0].actions
     assert actions.pod_group == expected
-    assert actions.annotation_items() == []  # written per pod, from its own values (webhook.rules)
+    assert actions.annotation_items == ()  # written per pod, from its own values (webhook.rules)
 
 
 P = "admission.rules[0].set.podGroup"
