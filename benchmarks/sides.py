@@ -55,3 +55,31 @@ def ratios(results: dict[str, list[dict[str, Any]]], only_round: int = 0) -> lis
 
 def fmt(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+class CpuSteal:
+    """The share of this VM's CPU time the hypervisor gave to other guests while a measurement ran (`steal` in
+    /proc/stat). On a shared host it comes in bursts, and a run that lost several percent to it measures the
+    neighbours as much as the servers: the benchmarks print it beside their figures. None where it is not known."""
+
+    def __init__(self) -> None:
+        self._start = _cpu_times()
+
+    def share(self) -> float | None:
+        end = _cpu_times()
+        if self._start is None or end is None:
+            return None
+        total = sum(end) - sum(self._start)
+        return (end[7] - self._start[7]) / total if total > 0 else None
+
+
+def _cpu_times() -> list[int] | None:
+    """user nice system idle iowait irq softirq steal, in clock ticks summed over the CPUs; None off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    return [int(value) for value in fields[1:9]]

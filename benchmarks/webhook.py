@@ -13,7 +13,9 @@ Two phases per server:
 Targets (issue 17), in every run: ours' p99 at 500 req/s <= 1.5 x the baseline's and <= 5 ms; throughput
 >= 0.95 x the baseline's. A run is --rounds rounds; in each, the two servers are measured back to back per phase,
 and a run's figures are medians over its rounds. --runs N makes N consecutive runs, each printed. --against-itself
-puts a second copy of the baseline in ours' place: the spread of the ratios when nothing differs.
+puts a second copy of the baseline in ours' place: the spread of the ratios when nothing differs. Each run also
+prints the CPU time the hypervisor took for other guests while it ran (steal): on a shared host a run that lost
+several percent to it measures the neighbours as much as the servers.
 
 With --deployed, ours runs as it is deployed: on a real etcd + kube-apiserver from `hack/control-plane.sh build`,
 installed as the e2e tests install it (its service account, its ConfigMap holding the bundled config, its Namespace
@@ -47,6 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import sides  # noqa: E402
 from tests import servers  # noqa: E402
 
 TARGET_P99_RATIO = 1.5
@@ -221,6 +224,7 @@ def one_run(targets: dict[str, int], cafile: str, args: argparse.Namespace, prog
     between rounds). A run's figures are medians over its rounds; its ratios are those of ours' figures to the
     baseline's."""
     runs: dict[str, dict[str, list[dict]]] = {name: {"saturation": [], "paced": []} for name in targets}
+    steal = sides.CpuSteal()
     for r in range(args.rounds):
         order = list(targets) if r % 2 == 0 else list(reversed(list(targets)))
         for phase in ("saturation", "paced"):
@@ -239,6 +243,7 @@ def one_run(targets: dict[str, int], cafile: str, args: argparse.Namespace, prog
         "results": results,
         "throughput_ratio": throughput,
         "p99_ratio": p99,
+        "cpu_steal": steal.share(),
         "targets_met": (throughput >= TARGET_THROUGHPUT_RATIO and p99 <= TARGET_P99_RATIO
                         and ours["paced"]["p99_ms"] <= TARGET_P99_MS),
     }
@@ -339,7 +344,8 @@ def _run_line(number: int, run: dict[str, Any], rate: float, second: str = "ours
     paced = {name: phases_["paced"]["p99_ms"] for name, phases_ in run["results"].items()}
     return (f"run {number}: p99 at {rate:g} req/s baseline {paced['baseline']:.2f} ms, {second} "
             f"{paced['gpu-scheduler']:.2f} ms (ratio {run['p99_ratio']:.2f}); throughput ratio "
-            f"{run['throughput_ratio']:.2f}; targets {'met' if run['targets_met'] else 'NOT met'}")
+            f"{run['throughput_ratio']:.2f}; targets {'met' if run['targets_met'] else 'NOT met'}"
+            + ("" if run["cpu_steal"] is None else f" (CPU steal {100 * run['cpu_steal']:.1f}%)"))
 
 
 def _deployed(work: Path) -> tuple[Any, Any]:

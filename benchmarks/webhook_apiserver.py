@@ -187,18 +187,21 @@ def _lift_finalizers(core: Any, name: str) -> None:
 def measure(api: Any, label: str, args: argparse.Namespace, *, webhook: bool, server: Any = None) -> dict[str, Any]:
     """One burst; the apiserver's histograms over it, and `server`'s own (our webhook's) when given."""
     before, served_before = scrape(api), _served(server)
+    steal = sides.CpuSteal()
     started = time.perf_counter()
     if args.shape == "job":
         job_burst(api, label, args.pods)
     else:
         client_burst(api, label, args.pods, args.threads)
     elapsed = time.perf_counter() - started
+    stolen = steal.share()
     after, served_after = scrape(api), _served(server)
     clear(api)
     post = {"verb": "POST", "resource": "pods"}
     creates = histogram(before, REQUEST_HISTOGRAM, post), histogram(after, REQUEST_HISTOGRAM, post)
     result: dict[str, Any] = {
         "pods_per_s": args.pods / elapsed,
+        "cpu_steal": stolen,
         "create_p50_ms": _ms(quantile(0.5, *creates)),
         "create_p99_ms": _ms(quantile(0.99, *creates)),
     }
@@ -225,6 +228,10 @@ def _served(server: Any) -> str:
     if status != 200:
         raise RuntimeError(f"webhook GET /metrics: HTTP {status}")
     return str(body.decode())
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -337,7 +344,8 @@ def main() -> int:
           "ours, own: gpu_scheduler_webhook_request_duration_seconds")
     for name in (OURS, FLASK, FLOOR):
         print(f"per round, {name}: webhook p99 "
-              + ", ".join(sides.fmt(r.get("webhook_p99_ms"), 2) for r in results[name]) + " ms")
+              + ", ".join(sides.fmt(r.get("webhook_p99_ms"), 2) for r in results[name]) + " ms; CPU steal "
+              + ", ".join(_percent(r["cpu_steal"]) for r in results[name]))
     met = sum(1 for r in results[OURS] if (r.get("webhook_p99_ms") or 0) <= TARGET_P99_MS)
     print(f"our webhook's p99 as the apiserver measures it <= {TARGET_P99_MS:g} ms in {met} of {args.rounds} round(s)")
     return 0
