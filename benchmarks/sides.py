@@ -57,6 +57,10 @@ def fmt(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
 class CpuSteal:
     """The share of this VM's CPU time the hypervisor gave to other guests while a measurement ran (`steal` in
     /proc/stat). On a shared host it comes in bursts, and a run that lost several percent to it measures the

@@ -345,7 +345,7 @@ def _run_line(number: int, run: dict[str, Any], rate: float, second: str = "ours
     return (f"run {number}: p99 at {rate:g} req/s baseline {paced['baseline']:.2f} ms, {second} "
             f"{paced['gpu-scheduler']:.2f} ms (ratio {run['p99_ratio']:.2f}); throughput ratio "
             f"{run['throughput_ratio']:.2f}; targets {'met' if run['targets_met'] else 'NOT met'}"
-            + ("" if run["cpu_steal"] is None else f" (CPU steal {100 * run['cpu_steal']:.1f}%)"))
+            + f" (CPU steal {sides.percent(run['cpu_steal'])})")
 
 
 def _deployed(work: Path) -> tuple[Any, Any]:

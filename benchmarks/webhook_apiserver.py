@@ -230,10 +230,6 @@ def _served(server: Any) -> str:
     return str(body.decode())
 
 
-def _percent(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.1f}%"
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else 1000 * seconds
 
@@ -334,18 +330,17 @@ def main() -> int:
     print(f"{'webhook':<20}{'pods/s':>8}{'webhook p50':>13}{'webhook p99':>13}{'<= 5 ms':>9}{'create p50':>12}"
           f"{'create p99':>12}{'ours, own p99':>15}")
     for name, s in summary.items():
-        within = s.get("webhook_within_5ms")
         ms = {key: sides.fmt(s.get(key), 2) for key in ("webhook_p50_ms", "webhook_p99_ms", "create_p50_ms",
                                                          "create_p99_ms", "server_p99_ms")}
         print(f"{name:<20}{s['pods_per_s']:>8.0f}{ms['webhook_p50_ms']:>13}{ms['webhook_p99_ms']:>13}"
-              f"{'-' if within is None else f'{100 * within:.1f}%':>9}{ms['create_p50_ms']:>12}"
+              f"{sides.percent(s.get('webhook_within_5ms')):>9}{ms['create_p50_ms']:>12}"
               f"{ms['create_p99_ms']:>12}{ms['server_p99_ms']:>15}")
     print("webhook and create: the apiserver's histograms; <= 5 ms: calls in the webhook histogram's first bucket; "
           "ours, own: gpu_scheduler_webhook_request_duration_seconds")
     for name in (OURS, FLASK, FLOOR):
         print(f"per round, {name}: webhook p99 "
               + ", ".join(sides.fmt(r.get("webhook_p99_ms"), 2) for r in results[name]) + " ms; CPU steal "
-              + ", ".join(_percent(r["cpu_steal"]) for r in results[name]))
+              + ", ".join(sides.percent(r["cpu_steal"]) for r in results[name]))
     met = sum(1 for r in results[OURS] if (r.get("webhook_p99_ms") or 0) <= TARGET_P99_MS)
     print(f"our webhook's p99 as the apiserver measures it <= {TARGET_P99_MS:g} ms in {met} of {args.rounds} round(s)")
     return 0

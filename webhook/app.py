@@ -30,7 +30,6 @@ NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLabels) -> Flask:
     app = Flask("gpu-scheduler-webhook")
     outcomes = {outcome: metrics.REQUESTS.labels(outcome) for outcome in metrics.OUTCOMES}
-    rule_matches: dict[str, Any] = {}  # each rule's counter, looked up once rather than per pod
 
     @app.post("/mutate")
     def mutate() -> Any:
@@ -45,13 +44,8 @@ def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLab
             outcomes["invalid"].inc()
             message = str(err) if isinstance(err, reviews.ReviewError) else f"body: not valid JSON ({err})"
             return _error(400, message)
-        answer, outcome, rule = _answer(review, holder, namespace_labels)
+        answer, outcome = _answer(review, holder, namespace_labels)
         outcomes[outcome].inc()
-        if rule is not None:
-            matches = rule_matches.get(rule)
-            if matches is None:
-                matches = rule_matches[rule] = metrics.RULE_MATCHES.labels(rule)
-            matches.inc()
         encoded = orjson.dumps(answer)
         metrics.LATENCY.observe(time.perf_counter() - started)
         return Response(encoded, content_type="application/json")
@@ -81,27 +75,29 @@ def _answer(
     review: reviews.Request,
     holder: reloading.ConfigHolder,
     namespace_labels: NamespaceLabels,
-) -> tuple[reviews.AdmissionReview, str, str | None]:
-    """The AdmissionReview to send, the outcome to count and the rule that matched. Never raises."""
+) -> tuple[reviews.AdmissionReview, str]:
+    """The AdmissionReview to send and the outcome to count. Never raises."""
     if not review.is_pod_create:
-        return reviews.response(review.uid), "ignored", None
+        return reviews.response(review.uid), "ignored"
     settings = holder.current
     if settings is None:
         warning = "gpu-scheduler: no valid config loaded; pod not mutated"
-        return reviews.response(review.uid, warnings=[warning]), "no_config", None
+        return reviews.response(review.uid, warnings=[warning]), "no_config"
     try:
         assert review.object is not None
         labels = namespace_labels(review.namespace) if settings.admission.selects_namespaces else {}
         decision = patches.decide(review.object, namespace_labels=labels, settings=settings)
     except Exception:  # a bug must not block pod creation: admit unmutated, loudly
         log.exception("failed to decide on pod %s/%s", review.namespace, _pod_name(review.object))
-        return reviews.response(review.uid, warnings=["gpu-scheduler: internal error; pod not mutated"]), "error", None
+        return reviews.response(review.uid, warnings=["gpu-scheduler: internal error; pod not mutated"]), "error"
     warnings = []
     if decision.namespace_unknown:
         warnings.append("gpu-scheduler: namespace labels unavailable; namespaceSelector rules skipped")
+    if decision.rule is not None:
+        metrics.RULE_MATCHES.labels(decision.rule).inc()
     audit = {"rule": decision.rule} if decision.rule else None
     answer = reviews.response(review.uid, patch=decision.patch, audit=audit, warnings=warnings)
-    return answer, "patched" if decision.patch else "unchanged", decision.rule
+    return answer, "patched" if decision.patch else "unchanged"
 
 
 class BodyTooLarge(Exception):

@@ -11,9 +11,11 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeGuard
+from typing import Any, TypedDict
 
 import orjson
+
+from scheduler_core import fields
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -63,14 +65,14 @@ class Request:
 
 def parse(body: object) -> Request:
     """Check the envelope and pull out the request; raises ReviewError naming the bad field."""
-    if not _is_object(body):
+    if not fields.is_object(body):
         raise ReviewError(f"body: expected an AdmissionReview object, got {_kind(body)}")
     if body.get("apiVersion") != API_VERSION:
         raise ReviewError(f"apiVersion: expected {API_VERSION!r}, got {_show(body.get('apiVersion'))}")
     if body.get("kind") != "AdmissionReview":
         raise ReviewError(f"kind: expected 'AdmissionReview', got {_show(body.get('kind'))}")
     request = body.get("request")
-    if not _is_object(request):
+    if not fields.is_object(request):
         raise ReviewError(f"request: expected an object, got {_kind(request)}")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
@@ -79,7 +81,7 @@ def parse(body: object) -> Request:
     if operation not in OPERATIONS:
         raise ReviewError(f"request.operation: expected one of {', '.join(OPERATIONS)}, got {_show(operation)}")
     resource = request.get("resource")
-    if not _is_object(resource) or not isinstance(resource.get("resource"), str):
+    if not fields.is_object(resource) or not isinstance(resource.get("resource"), str):
         raise ReviewError(f"request.resource: expected {{group, version, resource}}, got {_show(resource)}")
     sub_resource = request.get("subResource") or ""
     namespace = request.get("namespace") or ""
@@ -93,16 +95,16 @@ def parse(body: object) -> Request:
         resource=resource["resource"],
         sub_resource=sub_resource,
         namespace=namespace,
-        object=obj if _is_object(obj) else None,
+        object=obj if fields.is_object(obj) else None,
         dry_run=request.get("dryRun") is True,
     )
     if parsed.is_pod_create:
-        if not _is_object(obj):
+        if not fields.is_object(obj):
             raise ReviewError(f"request.object: expected a Pod object, got {_kind(obj)}")
         if obj.get("kind", "Pod") != "Pod":
             raise ReviewError(f"request.object.kind: expected 'Pod', got {_show(obj.get('kind'))}")
         for part in ("metadata", "spec"):
-            if not _is_object(obj.get(part, {})):
+            if not fields.is_object(obj.get(part, {})):
                 raise ReviewError(f"request.object.{part}: expected an object, got {_kind(obj.get(part))}")
     return parsed
 
@@ -133,11 +135,6 @@ def _compact(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _is_object(value: object) -> TypeGuard[Mapping[str, Any]]:
-    """A JSON object: a dict as parsed (checked first, cheaply: every admission request comes here), or a Mapping."""
-    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _kind(value: object) -> str:

@@ -122,15 +122,11 @@ def value_of(pod: Mapping[str, Any], source: config.ValueSource) -> str | None:
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return _string_map((pod.get("metadata") or {}).get("annotations"))
+    return fields.mapping((pod.get("metadata") or {}).get("annotations"))
 
 
 def labels_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return _string_map((pod.get("metadata") or {}).get("labels"))
-
-
-def _string_map(value: object) -> Mapping[str, str]:
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
+    return fields.mapping((pod.get("metadata") or {}).get("labels"))
 
 
 def _milli(value: object) -> int | None:
