@@ -224,16 +224,21 @@ def one_run(targets: dict[str, int], cafile: str, args: argparse.Namespace, prog
     between rounds). A run's figures are medians over its rounds; its ratios are those of ours' figures to the
     baseline's."""
     runs: dict[str, dict[str, list[dict]]] = {name: {"saturation": [], "paced": []} for name in targets}
+    paced_steal: dict[str, list[float]] = {name: [] for name in targets}
     steal = sides.CpuSteal()
     for r in range(args.rounds):
         order = list(targets) if r % 2 == 0 else list(reversed(list(targets)))
         for phase in ("saturation", "paced"):
             paced = phase == "paced"
             for name in order:
+                phase_steal = sides.CpuSteal()
                 runs[name][phase].append(drive(targets[name], cafile, seconds=args.seconds,
                                                clients=args.paced_clients if paced else args.clients,
                                                connections=args.paced_connections if paced else args.connections,
                                                rate=args.rate if paced else None))
+                share = phase_steal.share()
+                if paced and share is not None:
+                    paced_steal[name].append(share)
                 progress.update()
     results = {name: {phase: _median(r) for phase, r in phases_.items()} for name, phases_ in runs.items()}
     ours, baseline = results["gpu-scheduler"], results["baseline"]
@@ -244,6 +249,8 @@ def one_run(targets: dict[str, int], cafile: str, args: argparse.Namespace, prog
         "throughput_ratio": throughput,
         "p99_ratio": p99,
         "cpu_steal": steal.share(),
+        "paced_cpu_steal": {name: statistics.median(shares) if shares else None
+                            for name, shares in paced_steal.items()},
         "targets_met": (throughput >= TARGET_THROUGHPUT_RATIO and p99 <= TARGET_P99_RATIO
                         and ours["paced"]["p99_ms"] <= TARGET_P99_MS),
     }
@@ -345,7 +352,9 @@ def _run_line(number: int, run: dict[str, Any], rate: float, second: str = "ours
     return (f"run {number}: p99 at {rate:g} req/s baseline {paced['baseline']:.2f} ms, {second} "
             f"{paced['gpu-scheduler']:.2f} ms (ratio {run['p99_ratio']:.2f}); throughput ratio "
             f"{run['throughput_ratio']:.2f}; targets {'met' if run['targets_met'] else 'NOT met'}"
-            + f" (CPU steal {sides.percent(run['cpu_steal'])})")
+            + f" (CPU steal {sides.percent(run['cpu_steal'])}; in the paced phases, baseline "
+            f"{sides.percent(run['paced_cpu_steal']['baseline'])}, {second} "
+            f"{sides.percent(run['paced_cpu_steal']['gpu-scheduler'])})")
 
 
 def _deployed(work: Path) -> tuple[Any, Any]:
