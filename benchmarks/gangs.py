@@ -188,6 +188,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per way and round")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sides.stop_cleanly_on_sigterm()
     if args.groups * args.members * args.gpus_per_member > args.nodes * args.gpus:
         parser.error("the gangs ask for more GPUs than the nodes have")
     if cp.find_binaries() is None:

@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import sides  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 from tests.e2e import parity  # noqa: E402
 from tests.e2e.scheduling import start_scheduler  # noqa: E402
@@ -64,6 +65,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=seeds_of, default=seeds_of("1-20"), help="e.g. 1-20 or 4,8,15 (default 1-20)")
     parser.add_argument("--json", action="store_true", help="print the outcomes as JSON")
     args = parser.parse_args()
+    sides.stop_cleanly_on_sigterm()
     if cp.find_binaries() is None:
         print("control-plane binaries missing: run hack/control-plane.sh build", file=sys.stderr)
         return 2

@@ -327,6 +327,7 @@ def main() -> int:
                         help="before the measure, wait until no pod changed and no Event was added for this long")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sides.stop_cleanly_on_sigterm()
     args.pods = args.nodes if args.pods is None else args.pods
     if args.gpus % 4 or args.gpus <= 0:
         parser.error("--gpus must be a positive multiple of 4")

@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import sides  # noqa: E402
 from tests import servers  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 
@@ -146,6 +147,7 @@ def main() -> int:
                         help="run the ways this many times, alternating their order; figures are medians")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sides.stop_cleanly_on_sigterm()
     ways = set(args.ways.split(","))
     if cp.find_binaries() is None:
         print("control-plane binaries missing: run hack/control-plane.sh build", file=sys.stderr)

@@ -1,9 +1,11 @@
 """What the benchmarks that race `gpu-scheduler run` against kube-scheduler on one control plane share: starting
-ours as a subprocess, the per-round a/b ratios, and the number format of their tables."""
+ours as a subprocess, the per-round a/b ratios, the number format of their tables, and stopping what they started
+when they are told to stop."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -14,6 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests import servers  # noqa: E402
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """Let SIGTERM end a benchmark as Ctrl-C does, through its `finally` and `with` blocks: the servers and the
+    control plane it started run in sessions of their own, and would otherwise be left running."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def start_run(kubeconfig: Path, config_file: Path, log_path: Path, *, nodes: int = 0) -> Callable[[], None]:

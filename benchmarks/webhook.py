@@ -285,6 +285,7 @@ def main() -> int:
     if args.serve_baseline:
         serve_baseline(args)
         return 0
+    sides.stop_cleanly_on_sigterm()
 
     from tqdm import tqdm
 

@@ -261,6 +261,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=32, help="clients shape: client threads (default 32)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sides.stop_cleanly_on_sigterm()
     if cp.find_binaries() is None:
         print("control-plane binaries missing: run hack/control-plane.sh build", file=sys.stderr)
         return 2
