@@ -1,6 +1,6 @@
-"""What the benchmarks that race `gpu-scheduler run` against kube-scheduler on one control plane share: starting
-ours as a subprocess, the per-round a/b ratios, the number format of their tables, and stopping what they started
-when they are told to stop."""
+"""What the benchmarks share: starting `gpu-scheduler run` as a subprocess and the per-round a/b ratios (for those
+that race it against kube-scheduler on one control plane), the number format of their tables, the CPU steal printed
+beside their figures, and stopping what they started when they are told to stop."""
 
 from __future__ import annotations
 

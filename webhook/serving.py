@@ -3,7 +3,8 @@
 gthread workers keep TLS connections alive between admission calls (sync workers close
 them, paying a handshake per request); webhook.workers keeps idle connections off threads.
 The worker app is built after fork so each worker owns its watches. TLS 1.2 is the floor. Without a
-certificate the server speaks plain HTTP: kube-scheduler may call an extender over http (`enableHTTPS: false`), the webhook never.
+certificate the server speaks plain HTTP: kube-scheduler may call an extender over http
+(`enableHTTPS: false`), the webhook never.
 """
 
 from __future__ import annotations
