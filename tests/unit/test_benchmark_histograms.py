@@ -49,3 +49,16 @@ def test_quantile_of_no_calls_is_none() -> None:
 
 def test_a_quantile_in_the_open_bucket_is_the_last_bound() -> None:
     assert bench.quantile(0.99, {}, {0.005: 1.0, 0.025: 2.0, float("inf"): 100.0}) == 0.025
+
+
+def test_within_is_the_exact_share_of_the_increase_under_a_bound() -> None:
+    before = {0.005: 900.0, 0.025: 900.0, float("inf"): 900.0}
+    after = bench.histogram(SCRAPE, bench.WEBHOOK_HISTOGRAM, OURS)
+    # the burst: 100 calls, 80 of them within 5 ms and all 100 within 25 ms
+    assert bench.within(0.005, before, after) == pytest.approx(0.8)
+    assert bench.within(0.025, before, after) == pytest.approx(1.0)
+
+
+def test_within_of_no_calls_is_none() -> None:
+    after = bench.histogram(SCRAPE, bench.WEBHOOK_HISTOGRAM, OURS)
+    assert bench.within(0.005, after, after) is None
