@@ -100,6 +100,7 @@ class PodFacts:
     terminating: bool = False  # metadata.deletionTimestamp is set: topology spread no longer counts it
     group: podgroups.GroupRef | None = None  # the pod group it is a member of (scheduler_core.podgroups)
     group_min_member: int | None = None  # of a group an admin's rule formed: the minMember the pod carries
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates' names: while any is left, the pod is not tried
 
     @property
     def namespace(self) -> str:
@@ -207,7 +208,14 @@ def parse(
         preempted=preempted_of(metadata, status),
         group=group,
         group_min_member=group_min_member,
+        scheduling_gates=scheduling_gates_of(spec),
     )
+
+
+def scheduling_gates_of(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of `spec.schedulingGates` (the apiserver requires each to be a qualified name; an entry without
+    one still gates the pod, as kube-scheduler's SchedulingGates plugin counts entries, not names)."""
+    return tuple(str(fields.mapping(gate).get("name") or "") for gate in fields.sequence(spec.get("schedulingGates")))
 
 
 PREEMPTED = "PreemptionByScheduler"  # the reason of the DisruptionTarget condition a preempting scheduler sets

@@ -87,6 +87,16 @@ class SchedulingQueue:
             entry.parked_at = None  # an error, not a verdict on the cluster: back off, then try again
             heapq.heappush(self._heap, (-entry.priority, entry.arrival, key))
 
+    def activate(self, key: str) -> None:
+        """What kept a parked pod out (a scheduling gate) is gone: it may be tried at once."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.ready_at = 0.0
+        if entry.parked_at is not None:
+            entry.parked_at = None
+            heapq.heappush(self._heap, (-entry.priority, entry.arrival, key))
+
     def done(self, key: str) -> None:
         """Bound: forget it."""
         self._entries.pop(key, None)

@@ -15,7 +15,8 @@ LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 BIND_ERRORS = Counter("gpu_scheduler_bind_errors_total", "Bindings the API refused or that failed.", ["reason"])
-PENDING = Gauge("gpu_scheduler_pending_pods", "Pods waiting in the scheduling queue.", ["state"])
+PENDING = Gauge("gpu_scheduler_pending_pods", "Pods waiting in the scheduling queue, by state (active, unschedulable, "
+                "gated: kept out by a PreEnqueue, such as a scheduling gate).", ["state"])
 LEADER = Gauge("gpu_scheduler_leader", "1 while this instance holds the leader lease (or runs without election).")
 PROMOTIONS = Counter(
     "gpu_scheduler_deletion_cost_promotions_total",

@@ -325,3 +325,40 @@ def test_the_scheduler_killed_while_binding_a_gang_finishes_it_after_restart_pla
     wait_for(lambda: any(f"{4 - len(landed)} member(s) placed ({len(landed)} placed before, minMember 4)" in m
                          for reason, m in group_events(api, "killed") if reason == "Scheduled"),
              timeout=30, what="the restarted scheduler's Scheduled event, counting the members bound before the kill")
+
+
+def test_a_partly_placed_gang_is_told_of_its_timeout_at_the_deadline_and_stays_unknown_until_whole(api, cluster):
+    """scheduleTimeoutSeconds counted from when the group first waits partly placed: one GangTimeout within a few
+    seconds of the deadline (its members parked meanwhile are not what brings it), then phase Unknown, kept by later
+    decisions, until the gang is whole."""
+    custom: Any = client.CustomObjectsApi(api)
+    nodes = pool(api, "late", 1)
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "late"},
+        "spec": {"minMember": 3, "scheduleTimeoutSeconds": 8}})
+    member(api, "late-0", "late", "late", node=nodes[0])  # bound before: it holds room while the rest cannot land
+    for name in ("late-1", "late-2"):
+        member(api, name, "late", "late", gpus=16)
+    waiting = f"gang {NAMESPACE}/late: "
+    wait_for(lambda: [m for reason, m in group_events(api, "late") if reason == "FailedScheduling"
+                      and m.startswith(waiting)], timeout=30, what="the gang's first FailedScheduling")
+    first_wait = time.monotonic()
+    told = wait_for(lambda: [m for reason, m in group_events(api, "late") if reason == "GangTimeout"], timeout=30,
+                    what="the GangTimeout event")
+    late_by = time.monotonic() - first_wait
+    assert late_by < 8 + 5, f"GangTimeout came {late_by:.1f} s after the gang began to wait (timeout 8 s)"
+    assert told == [f"gang {NAMESPACE}/late: 1/3 members placed for more than 8 s (scheduleTimeoutSeconds) while the "
+                    f"rest cannot be; {NAMESPACE}/late-0 hold their room meanwhile"]
+
+    def phase() -> str | None:
+        group = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "podgroups", "late")
+        return (group.get("status") or {}).get("phase")
+
+    wait_for(lambda: phase() == "Unknown", timeout=15, what="the PodGroup's phase Unknown")
+    add_node(api, "late", f"late-{SUFFIX}-small", gpus=8)  # a new decision, still short of room
+    wait_for(lambda: len([m for reason, m in group_events(api, "late") if reason == "FailedScheduling"]) >= 2,
+             timeout=30, what="a second FailedScheduling after the node came")
+    assert phase() == "Unknown" and [r for r, _ in group_events(api, "late")].count("GangTimeout") == 1
+    add_node(api, "late", f"late-{SUFFIX}-big", gpus=32)
+    wait_for(lambda: all(placement(api, ["late-1", "late-2"]).values()), timeout=60, what="the rest bound")
+    wait_for(lambda: phase() == "Scheduling", timeout=15, what="the PodGroup's phase Scheduling once whole")

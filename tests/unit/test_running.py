@@ -16,8 +16,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_scheduler import rawapi
 from gpu_scheduler.runtime import running, standalone
-from scheduler_core import watched
+from scheduler_core import pods, watched
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -197,9 +198,9 @@ def test_an_unschedulable_reason_that_could_not_be_written_is_written_again_at_t
         writes.append(path)
         raise OSError("connection refused")
 
-    monkeypatch.setattr(running.rawapi, "request", fake_request)
+    monkeypatch.setattr(rawapi, "request", fake_request)
     waiting = watched.PendingPod("ns", "big", "uid-big", None)  # type: ignore[arg-type]
-    scheduler._report_unschedulable(waiting, "0/0 nodes are available")
+    scheduler.report_unschedulable(waiting, "0/0 nodes are available")
     scheduler.reporter.shutdown(wait=True)  # the write (and its event) has been tried
     assert "/api/v1/namespaces/ns/pods/big/status" in writes
     scheduler._handle(scheduler.events.get(timeout=5))
@@ -257,8 +258,8 @@ def test_a_bound_pods_devices_record_and_event_wait_while_other_bindings_are_in_
         for name in ("slow", "quick"):
             live._handle(("pod", "ADDED", pending(name)))
             schedule_next(live)
-        kind, bound_pod, where = live.events.get(timeout=5)
-        assert (kind, bound_pod.name, where) == ("bound", "quick", "a")
+        call, cycle = posted(live.events.get(timeout=5))
+        assert (call, cycle.pending.name, cycle.node) == ("_on_bound", "quick", "a")
         time.sleep(0.3)
         assert written == []  # "quick" is bound, but "slow" is still binding
         release.set()
@@ -313,7 +314,7 @@ def with_claim(scheduler, monkeypatch):
 
 def test_a_pod_is_bound_only_once_the_claim_it_had_provisioned_on_its_node_is_bound(with_claim):
     live = with_claim
-    assert live.writes == [["pvc/ns/data"]] and live.bindings == [] and "uid-train" in live.awaiting_volumes
+    assert live.writes == [["pvc/ns/data"]] and live.bindings == [] and "uid-train" in live.waits
     live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim(
         "2", **{"volume.kubernetes.io/selected-node": "a"})))  # our write, seen: not bound yet
     assert live.bindings == []
@@ -322,25 +323,31 @@ def test_a_pod_is_bound_only_once_the_claim_it_had_provisioned_on_its_node_is_bo
     live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim(
         "4", **{"volume.kubernetes.io/selected-node": "a", "pv.kubernetes.io/bind-completed": "yes"})))
     settle(live)
-    assert live.bindings == [("ns/train", "a")] and live.awaiting_volumes == {}
+    assert live.bindings == [("ns/train", "a")] and live.waits == {}
 
 
 def test_a_failed_provisioning_forgets_the_pod_and_schedules_it_again_with_the_reason(with_claim, monkeypatch):
     live = with_claim
     reports: list[str] = []
-    monkeypatch.setattr(live, "_report_unschedulable", lambda pending, message: reports.append(message))
+    monkeypatch.setattr(live, "report_unschedulable", lambda pending, message: reports.append(message))
     live._handle(("storage", "PersistentVolumeClaim", "MODIFIED", wffc_claim("3")))  # the provisioner gave up
-    assert live.awaiting_volumes == {} and live.model.assumed == {} and "uid-train" in live.model.pending
+    assert live.waits == {} and live.model.assumed == {} and "uid-train" in live.model.pending
     assert reports == ['running PreBind plugin "VolumeBinding": binding volumes: provisioning failed for PVC "data"']
     assert live.model.cluster.storage.assumed_claims == {} and "uid-train" in live.queue
 
 
 def test_claims_that_do_not_bind_in_time_send_the_pod_back(with_claim, monkeypatch):
     live = with_claim
-    monkeypatch.setattr(live, "_report_unschedulable", lambda pending, message: None)
-    live.awaiting_volumes["uid-train"].deadline = 0.0
-    live._check_volumes()
-    assert live.awaiting_volumes == {} and "uid-train" in live.model.pending
+    monkeypatch.setattr(live, "report_unschedulable", lambda pending, message: None)
+    live.waits["uid-train"][1].deadline = 0.0
+    live._check_waits()
+    assert live.waits == {} and "uid-train" in live.model.pending
+
+
+def posted(event: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A call a binder or a plugin posted to the loop, as (the function's name, its arguments)."""
+    assert event[0] == "call", event
+    return (event[1].__name__, *event[2:])
 
 
 def prioritized(obj: dict, priority: int) -> dict:
@@ -352,7 +359,7 @@ def test_a_preemption_nominates_marks_and_deletes_its_victims_once_and_keeps_the
     """The order kube-scheduler follows (nomination first, then each victim marked and deleted, with an event); no
     second preemption while the victims go; the room kept from a lower-priority pod until the preemptor takes it."""
     calls: list[tuple[str, str, Any]] = []
-    monkeypatch.setattr(running.rawapi, "request",
+    monkeypatch.setattr(rawapi, "request",
                         lambda api, method, path, body, **_: calls.append((method, path, body)) or b"{}")
     live = scheduler
     for name in ("a", "b"):
@@ -364,7 +371,7 @@ def test_a_preemption_nominates_marks_and_deletes_its_victims_once_and_keeps_the
 
     live._schedule("uid-urgent")
     event = live.events.get(timeout=5)
-    assert event[:2] == ("preempted", "uid-urgent")
+    assert posted(event)[:2] == ("_carried_out", "uid-urgent")
     live._handle(event)
     writes = [(method, path.rsplit("/pods/", 1)[-1]) for method, path, _ in calls if "/events" not in path]
     assert writes == [("PATCH", "urgent/status"), ("PATCH", "low/status"), ("DELETE", "low")]
@@ -399,21 +406,21 @@ def test_a_preemption_the_api_refuses_midway_is_tried_again_not_left_parked(sche
             raise ApiException(status=500, reason="Internal Server Error")
         return b"{}"
 
-    monkeypatch.setattr(running.rawapi, "request", refuse_deletes)
+    monkeypatch.setattr(rawapi, "request", refuse_deletes)
     live = scheduler
     live._handle(("node", "ADDED", node("a", gpus=1)))
     live._handle(("pod", "ADDED", prioritized(bound(pending("low", gpus=1), "a"), 10)))
     live._handle(("pod", "ADDED", prioritized(pending("urgent", gpus=1), 100)))
     live._schedule(live.queue.pop(float("inf")))
     event = live.events.get(timeout=5)
-    assert event == ("preempted", "uid-urgent", None)
+    assert posted(event) == ("_carried_out", "uid-urgent", None)
     live._handle(event)
-    assert "uid-urgent" not in live.preempting and live.queue.parked() == 0
+    assert "uid-urgent" not in live.plugin("DefaultPreemption").under_way and live.queue.parked() == 0
     assert live.queue.pop(float("inf")) == "uid-urgent"
 
 
 def test_a_preemptor_placed_elsewhere_releases_the_room_it_was_nominated(scheduler, monkeypatch):
-    monkeypatch.setattr(running.rawapi, "request", lambda *args, **kwargs: b"{}")
+    monkeypatch.setattr(rawapi, "request", lambda *args, **kwargs: b"{}")
     live = scheduler
     live._handle(("node", "ADDED", node("a", gpus=1)))
     low = prioritized(bound(pending("low", gpus=1), "a"), 10)
@@ -435,7 +442,7 @@ def test_a_preemptor_placed_elsewhere_releases_the_room_it_was_nominated(schedul
 
 def test_a_pod_no_node_was_looked_at_for_is_told_why_without_a_word_of_preemption(scheduler, monkeypatch):
     writes: list[Any] = []
-    monkeypatch.setattr(running.rawapi, "request", lambda api, method, path, body, **_: writes.append(body) or b"{}")
+    monkeypatch.setattr(rawapi, "request", lambda api, method, path, body, **_: writes.append(body) or b"{}")
     live = scheduler
     live._handle(("node", "ADDED", node("a", gpus=1)))
     held = prioritized(pending("held", gpus=1), 100)
@@ -445,5 +452,5 @@ def test_a_pod_no_node_was_looked_at_for_is_told_why_without_a_word_of_preemptio
     live._schedule("uid-held")
     live.reporter.submit(lambda: None).result(timeout=5)
     message = next(body["status"]["conditions"][0]["message"] for body in writes if "status" in body)
-    assert message == running.pods.unsupported_reason(("spec.resourceClaims",))
+    assert message == pods.unsupported_reason(("spec.resourceClaims",))
     assert running.metrics.PREEMPTION_ATTEMPTS._value.get() == before

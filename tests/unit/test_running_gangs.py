@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from gpu_scheduler import rawapi
 from gpu_scheduler.runtime import running
 from scheduler_core import podgroups
 from tests.unit.builders import node
-from tests.unit.test_running import accounted, pending
+from tests.unit.test_running import accounted, pending, posted
 
 
 def member(name: str, group: str = "job-a", gpus: int = 8) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def live(scheduler, monkeypatch):
     written: list[tuple[str, str, str]] = []  # (object, reason, message) of every event
     monkeypatch.setattr(running.events, "record", lambda api, **e: written.append(
         (f"{e.get('involved', ('v1', 'Pod'))[1]}/{e['name']}", e["reason"], e["message"])))
-    monkeypatch.setattr(running.rawapi, "request", lambda *args, **kwargs: b"{}")
+    monkeypatch.setattr(rawapi, "request", lambda *args, **kwargs: b"{}")
     scheduler.written = written
     for name in ("n0", "n1", "n2"):
         scheduler._handle(("node", "ADDED", node(name, gpus=8)))
@@ -72,7 +73,7 @@ def bind_all(live) -> None:
 
 def flush_reports(live) -> None:
     live.reporter.submit(lambda: None).result(timeout=5)
-    live.group_writer.submit(lambda: None).result(timeout=5)
+    live.plugin("Gangs").group_writer.submit(lambda: None).result(timeout=5)
 
 
 def test_members_wait_for_min_member_then_bind_together(live):
@@ -174,7 +175,7 @@ def test_a_member_that_fails_to_bind_sends_the_unbound_rest_back_and_bound_ones_
 
 def test_a_gang_preempts_as_a_unit_waits_for_its_victims_then_binds_whole(live, monkeypatch):
     calls: list[tuple[str, str, Any]] = []
-    monkeypatch.setattr(running.rawapi, "request",
+    monkeypatch.setattr(rawapi, "request",
                         lambda api, method, path, body, **_: calls.append((method, path, body)) or b"{}")
     live._handle(("group", podgroups.COSCHEDULING, "ADDED", podgroup(min_member=2)))
     victims = []
@@ -189,7 +190,7 @@ def test_a_gang_preempts_as_a_unit_waits_for_its_victims_then_binds_whole(live, 
         live._handle(("pod", "ADDED", obj))
     schedule_all(live)
     event = live.events.get(timeout=5)
-    assert event[0] == "gang-preempted" and len(event[2]) == 2
+    assert posted(event)[0] == "_carried_out" and len(posted(event)[2]) == 2
     live._handle(event)
     deleted = sorted(path.rsplit("/", 1)[-1] for method, path, _ in calls if method == "DELETE")
     nominated = [body["status"]["nominatedNodeName"] for method, path, body in calls
@@ -220,8 +221,9 @@ def test_a_gang_partly_placed_past_its_timeout_is_told_once_with_who_holds_room(
         live._handle(("pod", "ADDED", member(name, gpus=16)))  # fit no node
     schedule_all(live)
     ref = podgroups.GroupRef(podgroups.COSCHEDULING, "ns", "job-a")
-    assert ref in live.partial_since and ref not in live.timed_out
-    live.partial_since[ref] -= 6
+    gangs = live.plugin("Gangs")
+    assert ref in gangs.partial_since and ref not in gangs.timed_out
+    gangs.partial_since[ref] -= 6
     for _ in range(2):
         live.queue.cluster_changed()
         for uid in ("uid-w1", "uid-w2"):
@@ -231,3 +233,38 @@ def test_a_gang_partly_placed_past_its_timeout_is_told_once_with_who_holds_room(
     told = [w for w in live.written if w[1] == "GangTimeout"]
     assert told == [("PodGroup/job-a", "GangTimeout", "gang ns/job-a: 1/3 members placed for more than 5 s "
                      "(scheduleTimeoutSeconds) while the rest cannot be; ns/w0 hold their room meanwhile")]
+
+
+def test_the_gang_timeout_is_told_at_its_deadline_without_a_member_being_tried_again(live, monkeypatch):
+    """The waiting stage has a deadline of its own: the GangTimeout comes from the loop's tick, not from the next
+    attempt of a parked member (which may be minutes away), and the phase stays Unknown until the gang is whole."""
+    patches: list[dict[str, Any]] = []
+    monkeypatch.setattr(rawapi, "request", lambda api, method, path, body, **_: (
+        "/podgroups/" in path and patches.append(body["status"])) or b"{}")
+    group = podgroup(min_member=3)
+    group["spec"]["scheduleTimeoutSeconds"] = 8
+    live._handle(("group", podgroups.COSCHEDULING, "ADDED", group))
+    first = member("w0")
+    live._handle(("pod", "ADDED", {**first, "spec": {**first["spec"], "nodeName": "n0"}}))
+    for name in ("w1", "w2"):
+        live._handle(("pod", "ADDED", member(name, gpus=16)))
+    schedule_all(live)
+    gangs = live.plugin("Gangs")
+    ref = podgroups.GroupRef(podgroups.COSCHEDULING, "ns", "job-a")
+    since = gangs.partial_since[ref]
+    live._housekeeping(since + 7.5)
+    flush_reports(live)
+    assert not [w for w in live.written if w[1] == "GangTimeout"]
+    live._housekeeping(since + 8.0)
+    live._housekeeping(since + 9.0)
+    flush_reports(live)
+    assert [w[1] for w in live.written if w[1] == "GangTimeout"] == ["GangTimeout"]
+    assert patches[-1] == {"phase": "Unknown"}
+    live._handle(("node", "ADDED", node("n3", gpus=8)))  # a new decision, still short: the phase is kept
+    schedule_all(live)
+    flush_reports(live)
+    assert live.written[-1][1] == "FailedScheduling" and patches[-1] == {"phase": "Unknown"}
+    live._handle(("node", "ADDED", node("big", gpus=32)))  # room for the rest: whole again
+    schedule_all(live)
+    flush_reports(live)
+    assert patches[-1]["phase"] == "Scheduling" and ref not in gangs.timed_out

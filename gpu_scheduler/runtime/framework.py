@@ -1,0 +1,160 @@
+"""The runtime's extension points, as kube-scheduler's framework names them (pkg/scheduler/framework/interface.go,
+the points called by schedule_one.go, v1.36).
+
+A capability of `gpu-scheduler run` (gangs, preemption, volumes, warm-up, scheduling gates, next: DRA claims) is one
+module under `gpu_scheduler/runtime/plugins/` with one `Plugin` subclass that overrides the points it needs. The
+runner (`running.LiveScheduler`) calls every plugin at each point, in the order of `plugins.ALL`, and knows none of
+them by name. The points, in the order a pod meets them:
+
+  PreEnqueue   may the pod be tried at all (scheduling gates; a preemption still under way)   loop thread
+  PodGroup     decide the pod with others, at once (gangs; upstream's schedule_one_podgroup)  loop thread
+  (PreFilter, Filter, Score: the pure core, scheduler_core.framework and .preemption.decide)
+  PostFilter   the pod fits nowhere: make room (preemption)                                    loop thread
+  Reserve      account the decision in the model at once                                       loop thread
+  Permit       may the binding go ahead (a gang whose other member failed may not)              binder thread
+  PreBind      writes the binding needs first, and what it must wait for (volumes)              binder thread
+  Bind         the Binding, with the devices annotation (the runner's one binder)               binder thread
+  PostBind     the pod is bound                                                                  loop thread
+  Unreserve    any step after Reserve failed: undo what Reserve did                              loop thread
+
+Besides the points, a plugin may keep state per pod (`pod_settled` drops it), act once a second (`tick`: warm-up,
+deadlines) and see configuration changes (`configure`). Everything a plugin may use of the runner is the `Handle`.
+A plugin never imports another (an import-linter contract keeps them independent): what two need, the runner or a
+shared runtime module provides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from scheduler_core import framework as core
+from scheduler_core import preemption, queueing, watched
+from webhook import config
+
+REPORT_INTERVAL = 60.0  # seconds between repeated reports of the same unschedulable reason, to a pod or a group
+
+
+@dataclasses.dataclass
+class BindingCycle:
+    """One pod's way from Reserve to Bind (upstream's binding cycle). `state` holds what a plugin's Reserve or
+    PreBind must hand to its later points, under the plugin's name (upstream's CycleState)."""
+
+    pending: watched.PendingPod
+    decision: core.Decision
+    state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    prebound: int = 0  # how many plugins' PreBind have finished
+
+    @property
+    def uid(self) -> str:
+        return self.pending.uid
+
+    @property
+    def node(self) -> str:
+        return self.decision.node or ""
+
+
+@dataclasses.dataclass
+class Wait:
+    """A PreBind that has written what it must and now waits for the cluster (claims to bind, next: a device
+    driver's binding conditions). The runner evaluates `check` on the loop thread, after model events and once a
+    second: False, still waiting; True, go on to the next PreBind; a string, the binding fails with that message.
+    Past `deadline` (time.monotonic()) it fails with `timeout`."""
+
+    check: Callable[[], bool | str]
+    deadline: float
+    timeout: str
+
+
+class Rejected(Exception):
+    """A Permit that refuses the binding: the pod goes back to pending through Unreserve, without an API call."""
+
+
+class Handle(Protocol):
+    """What the runner lends its plugins (upstream's framework.Handle)."""
+
+    api: Any  # the kubernetes ApiClient
+    model: watched.WatchedCluster
+    framework: core.Framework
+    preemptor: preemption.Evaluator
+    queue: queueing.SchedulingQueue
+    settings: config.Config
+    identity: str  # this process, in the events it writes
+
+    def post(self, call: Callable[..., None], *args: Any) -> None:
+        """Run `call(*args)` on the loop thread, which owns the model (for plugin threads)."""
+
+    def reserve_and_bind(self, pending: watched.PendingPod, decision: core.Decision,
+                         state: dict[str, Any] | None = None) -> None:
+        """Reserve the decision and start its binding cycle."""
+
+    def report_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None,
+                             event: bool = True) -> None:
+        """PodScheduled=False (and a FailedScheduling event), not repeated within a while for the same message."""
+
+    def remember_report(self, uid: str, message: str) -> None:
+        """Count `message` as told to the pod now (a plugin that wrote it itself)."""
+
+    def write_unschedulable(self, pending: watched.PendingPod, message: str, *, nominate: str | None = None,
+                            event: bool = True) -> None:
+        """The same written now, on the calling (plugin) thread; raises the API's errors."""
+
+    def record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:
+        """An event on the pod, on the calling thread."""
+
+    def submit_report(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run an API write on the runner's small reporter pool (never in the way of bindings)."""
+
+    def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
+        """Why some plugin's PreEnqueue keeps the pod from being tried now, or None."""
+
+
+class Plugin:
+    """A capability: overrides the extension points it needs; each default does nothing and lets the pod go on."""
+
+    name = ""
+
+    def __init__(self, handle: Handle):
+        self.handle = handle
+
+    def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
+        """Why the pod may not be tried now (it then waits, neither attempted nor reported), or None."""
+        return None
+
+    def schedule_group(self, pending: watched.PendingPod, nominees: list[tuple[Any, str]]) -> bool:
+        """Decide the pod together with others (and report it); True when this plugin did."""
+        return False
+
+    def post_filter(self, pending: watched.PendingPod, reason: str, nominees: list[tuple[Any, str]],
+                    excluded: list[int]) -> bool:
+        """The pod fits nowhere (`reason`): make room, and report; True when this plugin took the pod."""
+        return False
+
+    def reserve(self, cycle: BindingCycle) -> None:
+        """Account the decision (loop thread)."""
+
+    def unreserve(self, cycle: BindingCycle) -> None:
+        """Undo `reserve`: the binding failed or was refused (loop thread)."""
+
+    def permit(self, cycle: BindingCycle) -> None:
+        """Raise Rejected to stop the binding (binder thread)."""
+
+    def pre_bind(self, cycle: BindingCycle) -> Wait | None:
+        """The writes the binding needs first (binder thread); a Wait for what must happen before it goes on."""
+        return None
+
+    def post_bind(self, cycle: BindingCycle) -> None:
+        """The pod is bound (loop thread)."""
+
+    def pod_settled(self, uid: str) -> None:
+        """The pod is no longer pending (bound, gone, not ours): drop what is kept about it."""
+
+    def tick(self, now: float) -> None:
+        """Once a second on the loop thread (`now`: time.monotonic())."""
+
+    def configure(self, settings: config.Config) -> None:
+        """A new valid configuration is in force."""
+
+    def stop(self) -> None:
+        """The scheduler stops: end the plugin's own threads."""

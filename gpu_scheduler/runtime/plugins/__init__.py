@@ -1,0 +1,16 @@
+"""The capabilities of `gpu-scheduler run`, one module each, at the extension points of
+gpu_scheduler.runtime.framework. `ALL` is the order the runner calls them in at every point; a new capability is a
+new module here and one entry in `ALL` (the table in ARCHITECTURE.md says which points each one uses).
+"""
+
+from __future__ import annotations
+
+from gpu_scheduler.runtime.plugins import gangs, gates, preemption, volumes, warmup
+
+ALL = (
+    gates.SchedulingGates,  # PreEnqueue
+    preemption.DefaultPreemption,  # PreEnqueue, PostFilter
+    gangs.Gangs,  # PodGroup, PostFilter for a gang, Permit, Unreserve, tick (the gang's deadline)
+    volumes.VolumeBinding,  # Reserve, PreBind (write, then wait for the claims), Unreserve
+    warmup.WarmUp,  # tick (deletion-cost warm-up)
+)
