@@ -174,6 +174,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="request threads of the one worker (default 32: binds wait on the API)")
     extender.add_argument("--cert", metavar="FILE", help="TLS certificate (PEM), for enableHTTPS: true")
     extender.add_argument("--key", metavar="FILE", help="TLS private key (PEM), with --cert")
+    extender.add_argument("--lease", default="gpu-scheduler-system/gpu-scheduler-extender", metavar="NS/NAME",
+                          help="the Lease whose holder raises warmed-up pods' deletion cost (default: %(default)s)")
     extender.add_argument("--access-log", action="store_true", help="log every request")
     extender.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     extender.set_defaults(run=_extender)
@@ -311,6 +313,7 @@ def _extender(args: argparse.Namespace) -> int:
     from webhook import serving
 
     config_map = _namespaced("--config-map", args.config_map) if args.config_map else None
+    lease = _namespaced("--lease", args.lease)
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"--config {args.config}: no such file")
     if (args.cert is None) != (args.key is None):
@@ -327,7 +330,7 @@ def _extender(args: argparse.Namespace) -> int:
         from gpu_scheduler.runtime import extender
 
         return extender.create_app(
-            extender.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig))
+            extender.Settings(config_file=args.config, config_map=config_map, kubeconfig=args.kubeconfig, lease=lease))
 
     serving.serve(
         load_app,

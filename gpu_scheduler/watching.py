@@ -278,18 +278,11 @@ class ClusterWatches:
                    on_pods: Callable[[list[Any]], None], on_pod: Callable[[str, Any], None],
                    on_namespaces: Callable[[list[Any]], None], on_namespace: Callable[[str, Any], None],
                    apps: Any = None, on_selectors: Callable[[str, list[Any]], None] | None = None,
-                   on_selector: Callable[[str, str, Any], None] | None = None, storage: Any = None,
-                   on_storage_list: Callable[[str, list[Any]], None] | None = None,
-                   on_storage: Callable[[str, str, Any], None] | None = None, policy: Any = None,
-                   on_budgets: Callable[[list[Any]], None] | None = None,
-                   on_budget: Callable[[str, Any], None] | None = None, custom: Any = None,
-                   group_apis: Iterable[str] = (), on_groups: Callable[[str, list[Any]], None] | None = None,
-                   on_group: Callable[[str, str, Any], None] | None = None) -> ClusterWatches:
+                   on_selector: Callable[[str, str, Any], None] | None = None,
+                   extra: Iterable[Reflector] = ()) -> ClusterWatches:
         """Given `apps` (an AppsV1Api) and the selector callbacks, which take the object's kind first, the
-        selector watches too; given `storage` (a StorageV1Api) and the storage callbacks, the watches of the
-        objects the volume plugins read (scheduler_core.volumes.KINDS); given `policy` (a PolicyV1Api) and the
-        budget callbacks, the PodDisruptionBudgets preemption reads; given `custom` (a CustomObjectsApi), the
-        PodGroups of each of `group_apis` (`group/version`), where served, with callbacks that take the API first."""
+        selector watches too; then the `extra` ones a capability needs (storage_watches, budget_watch,
+        group_watches)."""
         reflectors = [
             Reflector(core.list_node, name="Nodes", on_replace=on_nodes, on_event=on_node),
             Reflector(core.list_pod_for_all_namespaces, name="Pods",
@@ -303,26 +296,7 @@ class ClusterWatches:
                 ("ReplicationController", core.list_replication_controller_for_all_namespaces),
                 ("ReplicaSet", apps.list_replica_set_for_all_namespaces),
                 ("StatefulSet", apps.list_stateful_set_for_all_namespaces)))
-        if storage is not None and on_storage_list is not None and on_storage is not None:
-            reflectors += _of_kinds(on_storage_list, on_storage, (
-                ("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
-                ("PersistentVolume", core.list_persistent_volume),
-                ("StorageClass", storage.list_storage_class),
-                ("CSINode", storage.list_csi_node),
-                ("CSIDriver", storage.list_csi_driver),
-                ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
-                ("VolumeAttachment", storage.list_volume_attachment)))
-        if policy is not None and on_budgets is not None and on_budget is not None:
-            reflectors.append(Reflector(policy.list_pod_disruption_budget_for_all_namespaces,
-                                        name="PodDisruptionBudgets", on_replace=on_budgets, on_event=on_budget))
-        if custom is not None and on_groups is not None and on_group is not None:
-            for api in group_apis:
-                group, _, version = api.partition("/")
-                reflectors.append(Reflector(
-                    functools.partial(custom.list_cluster_custom_object, group, version, "podgroups"),
-                    name=f"PodGroups {api}", on_replace=functools.partial(on_groups, api),
-                    on_event=functools.partial(on_group, api), optional=True))
-        return cls(reflectors, waits_for=frozenset({"Nodes", "Pods"}))
+        return cls([*reflectors, *extra], waits_for=frozenset({"Nodes", "Pods"}))
 
     def start(self) -> ClusterWatches:
         for reflector in self.reflectors:
@@ -341,6 +315,40 @@ class ClusterWatches:
 
     def down(self, max_down: float = MAX_DOWN_SECONDS) -> list[str]:
         return down(self.reflectors, max_down)
+
+
+def storage_watches(core: Any, storage: Any, on_list: Callable[[str, list[Any]], None],
+                    on_event: Callable[[str, str, Any], None]) -> list[Reflector]:
+    """The objects the volume plugins read (scheduler_core.volumes.KINDS), with callbacks that take the kind first;
+    `core` a CoreV1Api, `storage` a StorageV1Api."""
+    return _of_kinds(on_list, on_event, (
+        ("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
+        ("PersistentVolume", core.list_persistent_volume),
+        ("StorageClass", storage.list_storage_class),
+        ("CSINode", storage.list_csi_node),
+        ("CSIDriver", storage.list_csi_driver),
+        ("CSIStorageCapacity", storage.list_csi_storage_capacity_for_all_namespaces),
+        ("VolumeAttachment", storage.list_volume_attachment)))
+
+
+def budget_watch(policy: Any, on_list: Callable[[list[Any]], None], on_event: Callable[[str, Any], None]) -> Reflector:
+    """The PodDisruptionBudgets preemption reads; `policy` a PolicyV1Api."""
+    return Reflector(policy.list_pod_disruption_budget_for_all_namespaces, name="PodDisruptionBudgets",
+                     on_replace=on_list, on_event=on_event)
+
+
+def group_watches(custom: Any, apis: Iterable[str], on_list: Callable[[str, list[Any]], None],
+                  on_event: Callable[[str, str, Any], None]) -> list[Reflector]:
+    """The PodGroups of each of `apis` (`group/version`), where served (optional: a CRD not installed is no
+    failure), with callbacks that take the API first; `custom` a CustomObjectsApi."""
+    reflectors = []
+    for api in apis:
+        group, _, version = api.partition("/")
+        reflectors.append(Reflector(
+            functools.partial(custom.list_cluster_custom_object, group, version, "podgroups"),
+            name=f"PodGroups {api}", on_replace=functools.partial(on_list, api),
+            on_event=functools.partial(on_event, api), optional=True))
+    return reflectors
 
 
 def _of_kinds(on_list: Callable[[str, list[Any]], None], on_event: Callable[[str, str, Any], None],

@@ -218,6 +218,13 @@ def scheduling_gates_of(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(fields.mapping(gate).get("name") or "") for gate in fields.sequence(spec.get("schedulingGates")))
 
 
+def gated_reason(pod: PodFacts) -> str | None:
+    """Why a pod with scheduling gates is not tried, in the words of kube-scheduler's SchedulingGates PreEnqueue
+    (`waiting for scheduling gates: [a b]`); None for a pod without."""
+    gates = pod.scheduling_gates
+    return f"waiting for scheduling gates: [{' '.join(gates)}]" if gates else None
+
+
 PREEMPTED = "PreemptionByScheduler"  # the reason of the DisruptionTarget condition a preempting scheduler sets
 
 

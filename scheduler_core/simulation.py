@@ -211,9 +211,14 @@ def simulate(
         if position not in placements:
             admitted, rule, admission = admit(pod, namespaces)
             pending[position] = _Admitted(facts(admitted), rule, admission)
+    for position, entry in pending.items():  # gated pods are not tried, alone or with their group, as in `run`
+        gated = pods.gated_reason(entry.facts) if entry.facts.scheduler_name == scheduler_name else None
+        if gated is not None:
+            placements[position] = _placement(entry.facts, None, (), gated, entry.rule, outcome="unschedulable",
+                                              admission=entry.admission)
     members: dict[podgroups.GroupRef, dict[int, _Admitted]] = {}
     for position, entry in pending.items():
-        if entry.facts.group is not None and entry.facts.scheduler_name == scheduler_name:
+        if entry.facts.group is not None and entry.facts.scheduler_name == scheduler_name and position not in placements:
             members.setdefault(entry.facts.group, {})[position] = entry
     outcomes: dict[podgroups.GroupRef, GroupOutcome] = {}
     for position, entry in pending.items():

@@ -1,12 +1,15 @@
 """The scheduler core as kube-scheduler's HTTP extender: `/filter`, `/prioritize`, `/bind`, `/preempt`.
 
 For clusters that keep kube-scheduler. kube-scheduler runs its own filters, then POSTs
-extender/v1 JSON (Go field names as keys, no JSON tags) about the nodes left; we answer from
+extender/v1 JSON (gpu_scheduler.runtime.wire) about the nodes left; we answer from
 our own model of the cluster, fed by Node and Pod watches, and we bind, because only the
 binder can choose the GPU devices and record them (`gpu-scheduler.io/gpu-devices`, then the
-pod's devices condition) before the pod starts. kube-scheduler's preemption knows nothing of
-GPU devices either: it asks `/preempt` about its candidate nodes, and we keep only those where
-the victims free room on a GPU the pod can use, each with only the victims that takes.
+pod's devices condition) before the pod starts: through the same Reserve and binding cycle as
+`gpu-scheduler run` (runtime.framework). kube-scheduler's preemption knows nothing of
+GPU devices either: it asks `/preempt` about its candidate nodes, and the preemption module
+(runtime.plugins.preemption) keeps only those where the victims free room on a GPU the pod can
+use, each with only the victims that takes. The plugins that serve in this mode
+(plugins.EXTENDER: the deletion-cost warm-up) tick on the replica holding the extender's Lease.
 
 One process, one model, one lock. Requests arrive on several threads (gunicorn gthread), and
 a bind must see every earlier bind's devices; several worker processes would each hold a
@@ -20,35 +23,37 @@ kube-scheduler retries the pod. The model never overcommits.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import orjson
 from flask import Flask, Response, jsonify, request
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from urllib3.exceptions import HTTPError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from gpu_scheduler import sources, watching
-from gpu_scheduler.runtime import binding, events, model_metrics
-from scheduler_core import cluster, framework, pods, preemption, watched
+from gpu_scheduler.runtime import binding, events, model_metrics, plugins, wire
+from gpu_scheduler.runtime import framework as runtime
+from gpu_scheduler.runtime.plugins import preemption as preempting
+from scheduler_core import cluster, framework, pods, watched
 from webhook import config, reloading
 from webhook import metrics as shared_metrics
 
 log = logging.getLogger(__name__)
 
-MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority; kube-scheduler adds score * weight * 10
 MAX_BODY_BYTES = 128 * 2**20  # full Nodes (nodeCacheCapable: false) of a few thousand nodes
 NOT_CACHED = "node not in the extender's cache yet"
 COMPONENT = "gpu-scheduler-extender"  # the source of its events
@@ -58,6 +63,7 @@ FILTERED_SCORES = 64  # the scores /filter computed, kept for the /prioritize of
 # do not know ...) is also reported in FailedAndUnresolvableNodes, so kube-scheduler's preemption, which
 # cannot ask us, never evicts pods from a node this pod could not use anyway.
 RESOLVABLE_BY_PREEMPTION = frozenset({"NodePorts", "NodeResourcesFit", "GPUDevices"})
+LEASE = ("gpu-scheduler-system", "gpu-scheduler-extender")  # held by the replica that warms up deletion costs
 
 REQUESTS = Counter(
     "gpu_scheduler_extender_requests_total",
@@ -80,223 +86,6 @@ LATENCY = Histogram(
 )
 
 
-# --- the wire (k8s.io/kube-scheduler/extender/v1) --------------------------------------------------
-
-
-class ExtenderFilterResult(TypedDict):
-    Nodes: dict[str, Any] | None  # a v1 NodeList, when full Nodes were sent
-    NodeNames: list[str] | None  # when NodeNames were sent (nodeCacheCapable: true)
-    FailedNodes: dict[str, str]
-    FailedAndUnresolvableNodes: dict[str, str]
-    Error: str
-
-
-class HostPriority(TypedDict):
-    Host: str
-    Score: int
-
-
-class ExtenderBindingResult(TypedDict):
-    Error: str
-
-
-class MetaPod(TypedDict):
-    UID: str
-
-
-class MetaVictims(TypedDict):
-    Pods: list[MetaPod]
-    NumPDBViolations: int
-
-
-class ExtenderPreemptionResult(TypedDict):
-    NodeNameToMetaVictims: dict[str, MetaVictims]  # a node left out is no candidate; none may have no victims
-
-
-class RequestError(ValueError):
-    """A malformed request: the caller's fault, answered with HTTP 400; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """ExtenderArgs: the pod, and the nodes kube-scheduler asks about."""
-
-    pod: dict[str, Any]
-    names: tuple[str, ...]
-    node_list: dict[str, Any] | None  # the NodeList when full Nodes were sent; None with NodeNames
-
-
-@dataclass(frozen=True)
-class BindingArgs:
-    """ExtenderBindingArgs."""
-
-    pod_name: str
-    namespace: str
-    uid: str
-    node: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.pod_name}"
-
-
-@dataclass(frozen=True)
-class NodeVictims:
-    """The pods kube-scheduler would evict on one node, by UID (most important first, as it sends them), and how
-    many PodDisruptionBudgets that violates."""
-
-    uids: tuple[str, ...]
-    pdb_violations: int
-
-
-@dataclass(frozen=True)
-class PreemptionArgs:
-    """ExtenderPreemptionArgs: the preemptor, and each candidate node's victims."""
-
-    pod: dict[str, Any]
-    victims: dict[str, NodeVictims]
-
-
-def parse_candidates(body: object) -> Candidates:
-    """ExtenderArgs from decoded JSON; RequestError names the first field that is wrong."""
-    if not isinstance(body, dict):
-        raise RequestError(f"body: must be a JSON object (ExtenderArgs), got {_show(body)}")
-    pod = _parse_pod(body)
-    node_names, node_list = body.get("NodeNames"), body.get("Nodes")
-    if node_names is None and node_list is None:
-        raise RequestError("NodeNames, Nodes: one must be given (NodeNames when nodeCacheCapable is true)")
-    if node_names is not None and node_list is not None:
-        raise RequestError("NodeNames, Nodes: only one may be given")
-    if node_names is not None:
-        if not isinstance(node_names, list):
-            raise RequestError(f"NodeNames: must be a list of node names, got {_show(node_names)}")
-        for i, name in enumerate(node_names):
-            if not isinstance(name, str) or not name:
-                raise RequestError(f"NodeNames[{i}]: must be a non-empty string, got {_show(name)}")
-        return Candidates(pod, tuple(node_names), None)
-    if not isinstance(node_list, dict):
-        raise RequestError(f"Nodes: must be an object (a v1 NodeList), got {_show(node_list)}")
-    items = node_list.get("items")
-    if items is None:
-        items = []  # Go encodes an empty NodeList's items as null
-    if not isinstance(items, list):
-        raise RequestError(f"Nodes.items: must be a list, got {_show(items)}")
-    names = []
-    for i, item in enumerate(items):
-        name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
-        if not isinstance(name, str) or not name:
-            raise RequestError(f"Nodes.items[{i}].metadata.name: must be a non-empty string, got {_show(name)}")
-        names.append(name)
-    return Candidates(pod, tuple(names), {**node_list, "items": items})
-
-
-def _parse_pod(body: dict[str, Any]) -> dict[str, Any]:
-    """The `Pod` of a verb's arguments, with what every verb reads of it checked."""
-    if "Pod" not in body:
-        raise RequestError("Pod: missing")
-    pod = body["Pod"]
-    if not isinstance(pod, dict):
-        raise RequestError(f"Pod: must be an object (a v1 Pod), got {_show(pod)}")
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, dict):
-        raise RequestError(f"Pod.metadata: must be an object, got {_show(metadata)}")
-    for field in ("name", "uid"):
-        if not isinstance(metadata.get(field), str) or not metadata[field]:
-            raise RequestError(f"Pod.metadata.{field}: must be a non-empty string, got {_show(metadata.get(field))}")
-    if not isinstance(pod.get("spec"), dict):
-        raise RequestError(f"Pod.spec: must be an object, got {_show(pod.get('spec'))}")
-    return pod
-
-
-def parse_preemption(body: object) -> PreemptionArgs:
-    """ExtenderPreemptionArgs from decoded JSON: victims by UID (NodeNameToMetaVictims, as kube-scheduler sends them
-    with nodeCacheCapable: true) or as full Pods (NodeNameToVictims); RequestError names the first field that is
-    wrong."""
-    if not isinstance(body, dict):
-        raise RequestError(f"body: must be a JSON object (ExtenderPreemptionArgs), got {_show(body)}")
-    pod = _parse_pod(body)
-    by_uid, by_pod = body.get("NodeNameToMetaVictims"), body.get("NodeNameToVictims")
-    if by_uid is None and by_pod is None:
-        raise RequestError("NodeNameToMetaVictims, NodeNameToVictims: one must be given "
-                           "(NodeNameToMetaVictims when nodeCacheCapable is true)")
-    if by_uid is not None and by_pod is not None:
-        raise RequestError("NodeNameToMetaVictims, NodeNameToVictims: only one may be given")
-    field, victims = ("NodeNameToMetaVictims", by_uid) if by_uid is not None else ("NodeNameToVictims", by_pod)
-    if not isinstance(victims, dict):
-        raise RequestError(f"{field}: must be an object of node names to victims, got {_show(victims)}")
-    parsed = {}
-    for node, given in victims.items():
-        path = f"{field}[{json.dumps(node)}]"
-        if not node:
-            raise RequestError(f"{path}: must be keyed by a node name")
-        parsed[node] = _parse_victims(path, given, by_uid=by_uid is not None)
-    return PreemptionArgs(pod, parsed)
-
-
-def _parse_victims(path: str, given: object, *, by_uid: bool) -> NodeVictims:
-    """One node's MetaVictims (Pods of {UID}) or Victims (Pods of v1 Pods)."""
-    if not isinstance(given, dict):
-        raise RequestError(f"{path}: must be an object (Victims), got {_show(given)}")
-    listed = given.get("Pods")
-    if listed is None:
-        listed = []  # Go encodes a nil slice as null
-    if not isinstance(listed, list):
-        raise RequestError(f"{path}.Pods: must be a list, got {_show(listed)}")
-    uids = tuple(_victim_uid(f"{path}.Pods[{i}]", item, by_uid=by_uid) for i, item in enumerate(listed))
-    violations = given.get("NumPDBViolations", 0)
-    if type(violations) is not int or violations < 0:
-        raise RequestError(f"{path}.NumPDBViolations: must be a non-negative integer, got {_show(violations)}")
-    return NodeVictims(uids, violations)
-
-
-def _victim_uid(path: str, item: object, *, by_uid: bool) -> str:
-    if not isinstance(item, dict):
-        raise RequestError(f"{path}: must be an object ({'MetaPod' if by_uid else 'a v1 Pod'}), got {_show(item)}")
-    if by_uid:
-        path, uid = f"{path}.UID", item.get("UID")
-    else:
-        metadata = item.get("metadata")
-        path, uid = f"{path}.metadata.uid", metadata.get("uid") if isinstance(metadata, dict) else None
-    if not isinstance(uid, str) or not uid:
-        raise RequestError(f"{path}: must be a non-empty string, got {_show(uid)}")
-    return uid
-
-
-def parse_binding(body: object) -> BindingArgs:
-    """ExtenderBindingArgs from decoded JSON; RequestError names the field."""
-    if not isinstance(body, dict):
-        raise RequestError(f"body: must be a JSON object (ExtenderBindingArgs), got {_show(body)}")
-    values = []
-    for field in ("PodName", "PodNamespace", "PodUID", "Node"):
-        value = body.get(field)
-        if not isinstance(value, str) or not value:
-            raise RequestError(f"{field}: must be a non-empty string, got {_show(value) if field in body else 'nothing'}")
-        values.append(value)
-    return BindingArgs(*values)
-
-
-def _show(value: object) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def priorities(names: tuple[str, ...], scores: Mapping[str, float]) -> list[HostPriority]:
-    """Scores 0..10 for every asked-about node: the best candidate 10, the worst 0, linear between.
-
-    Stretched over the candidates rather than divided by 10: the plugins' scores share constant
-    parts (a taint nobody has, unknown utilization) that would otherwise squeeze every node
-    into one or two integer steps, and the core's ranking would not reach kube-scheduler.
-    Infeasible or unknown nodes get 0.
-    """
-    low, high = min(scores.values(), default=0.0), max(scores.values(), default=0.0)
-    if high - low < 1e-9:
-        scaled = dict.fromkeys(scores, MAX_PRIORITY)
-    else:
-        factor = MAX_PRIORITY / (high - low)
-        scaled = {name: round((value - low) * factor) for name, value in scores.items()}
-    return [{"Host": name, "Score": scaled.get(name, 0)} for name in dict.fromkeys(names)]
-
-
 # --- the model and the verbs -------------------------------------------------------------------
 
 
@@ -308,12 +97,15 @@ class Extender:
     """The verbs over the watched model (scheduler_core.watched), which the Node and Pod watches keep;
     every access to the model under `lock`."""
 
-    def __init__(self, settings: config.Config, *, core: Any = None):
+    def __init__(self, settings: config.Config, *, core: Any = None, lease: tuple[str, str] | None = LEASE):
         self.settings = settings
         self.core = core  # a CoreV1Api; None only where nothing is bound (unit tests with a model filled directly)
+        self.api = core.api_client if core is not None else None
+        self.lease = lease  # (namespace, name) of the Lease whose holder warms up deletion costs; None: no election
         self.lock = threading.Lock()
+        # its `warm` pods: deletion-cost warm-up runs here too, so that clusters on this mode raise costs as `run` does
         self.model = watched.WatchedCluster(gpu_resources=settings.admission.gpu_resources,
-                                            scheduling=settings.scheduling)
+                                            scheduling=settings.scheduling, warm_up=True)
         self.framework = framework.Framework(self.model.cluster, settings.scheduling)
         self.remembered: OrderedDict[str, dict[str, Any]] = OrderedDict()  # pod uid -> Pod from /filter
         # pod uid -> (the nodes /filter was asked about, the feasible ones' scores), for the /prioritize
@@ -325,15 +117,66 @@ class Extender:
         # way of kube-scheduler's calls.
         self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
         self.identity = f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
+        self.stopped = threading.Event()
+        self.leading = threading.Event()  # this replica holds the Lease: its plugins' ticks run
+        handle: runtime.Handle = self  # checked: the extender lends what a plugin of its mode may use
+        self.plugins: list[runtime.Plugin] = [kind(handle) for kind in plugins.EXTENDER]
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> Extender:
-        """Start the watches; requests are answered once Nodes and Pods have listed."""
+        """Start the watches (requests are answered once Nodes and Pods have listed), the election for the Lease
+        and the plugins' ticks."""
         if self.core is None:
             raise ValueError("the extender needs a CoreV1Api to watch nodes and pods")
         self.watches = self.cluster_watches().start()
+        if self.lease is None:
+            self.leading.set()
+        else:
+            threading.Thread(target=self._elect, name="lease", daemon=True).start()
+        threading.Thread(target=self._ticks, name="ticks", daemon=True).start()
         return self
+
+    def _elect(self) -> None:
+        """Contend for the Lease as long as the process runs: two replicas (a rolling update) never both warm up."""
+        assert self.lease is not None and self.api is not None
+        lock = LeaseLock(self.lease[1], self.lease[0], self.identity)
+        lock.api_instance = client.CoordinationV1Api(self.api)
+        while not self.stopped.is_set():
+            try:
+                leaderelection.LeaderElection(electionconfig.Config(
+                    lock, lease_duration=15, renew_deadline=10, retry_period=2, onstarted_leading=self._lead,
+                    onstopped_leading=self.leading.clear)).run()
+            except Exception:  # an API error inside the client's loop: contend again after a pause
+                log.exception("the election for the Lease %s/%s failed; trying again", *self.lease)
+            self.leading.clear()
+            self.stopped.wait(2.0)
+
+    def _lead(self) -> None:
+        log.info("%s holds the Lease %s/%s: warming up deletion costs", self.identity, *(self.lease or ("", "")))
+        self.leading.set()
+
+    def _ticks(self) -> None:
+        while not self.stopped.wait(1.0):
+            self.tick(time.monotonic())
+
+    def tick(self, now: float) -> None:
+        """Once a second, while this replica leads and the model has listed: every plugin's tick, under the lock."""
+        if not self.leading.is_set() or not self.synced:
+            return
+        with self.lock:
+            for plugin in self.plugins:
+                try:
+                    plugin.tick(now)
+                except Exception:
+                    log.exception("plugin %s failed its tick; going on", plugin.name)
+
+    def post(self, call: Callable[..., None], *args: Any) -> None:
+        with self.lock:
+            call(*args)
+
+    def submit_report(self, call: Callable[..., Any], *args: Any) -> None:
+        self._report(call, *args)
 
     def cluster_watches(self) -> watching.ClusterWatches:
         """The watches that keep the model, not started: Nodes, Pods, Namespaces, and the PodDisruptionBudgets
@@ -341,12 +184,15 @@ class Extender:
         return watching.ClusterWatches.of_cluster(
             self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
             on_pod=self.pod_event, on_namespaces=self.replace_namespaces, on_namespace=self.namespace_event,
-            policy=client.PolicyV1Api(self.core.api_client), on_budgets=self.replace_budgets,
-            on_budget=self.budget_event)
+            extra=[watching.budget_watch(client.PolicyV1Api(self.core.api_client), self.replace_budgets,
+                                         self.budget_event)])
 
     def stop(self) -> None:
+        self.stopped.set()
         self.watches.stop()
         self.reporter.shutdown(wait=False, cancel_futures=True)
+        for plugin in self.plugins:
+            plugin.stop()
 
     @property
     def synced(self) -> bool:
@@ -412,11 +258,11 @@ class Extender:
 
     # --- verbs --------------------------------------------------------------------------------------
 
-    def filter(self, candidates: Candidates) -> ExtenderFilterResult:
+    def filter(self, candidates: wire.Candidates) -> wire.ExtenderFilterResult:
         facts = self.model.facts_of(candidates.pod)
         if facts.uid in self.unsettled:  # kube-scheduler tries it again: ask the API what our bind did
             metadata = candidates.pod["metadata"]
-            self._settle(BindingArgs(metadata["name"], metadata.get("namespace") or "default", facts.uid, ""))
+            self._settle(wire.BindingArgs(metadata["name"], metadata.get("namespace") or "default", facts.uid, ""))
         with self.lock:
             self._remember(candidates.pod)
             known = [name for name in candidates.names if name in self.model.cluster.index]
@@ -436,7 +282,7 @@ class Extender:
         return {"Nodes": {**candidates.node_list, "items": items}, "NodeNames": None, "FailedNodes": failed_nodes,
                 "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
 
-    def prioritize(self, candidates: Candidates) -> list[HostPriority]:
+    def prioritize(self, candidates: wire.Candidates) -> list[wire.HostPriority]:
         facts = self.model.facts_of(candidates.pod)
         with self.lock:
             self._remember(candidates.pod)
@@ -444,79 +290,23 @@ class Extender:
             if not asked.issuperset(candidates.names):  # no /filter before (filterVerb unset), or other nodes
                 known = [name for name in candidates.names if name in self.model.cluster.index]
                 _, _, scores = self.framework.evaluate(facts, known)
-        return priorities(candidates.names, scores)
+        return wire.priorities(candidates.names, scores)
 
-    def preempt(self, args: PreemptionArgs) -> ExtenderPreemptionResult:
+    def preempt(self, args: wire.PreemptionArgs) -> wire.ExtenderPreemptionResult:
         """kube-scheduler's preemption candidates, each kept only where its victims make room for the pod by our
         filters too (its own know nothing of GPU devices), with only the victims that takes. Any other node is
         left out, never answered with no victims: that fails kube-scheduler's whole preemption."""
         facts = self.model.facts_of(args.pod)
-        answer: dict[str, MetaVictims] = {}
+        answer: dict[str, wire.MetaVictims] = {}
         for node, given in args.victims.items():
             with self.lock:  # node by node: binds are not kept waiting behind a long list of candidates
-                result, needed = self._victims_needed(facts, node, given)
+                result, needed = preempting.victims_needed(self.model, self.framework, facts, node, given.uids,
+                                                           given.pdb_violations)
             PREEMPTION_NODES.labels(result).inc()
             if needed is not None:
-                answer[node] = {"Pods": [{"UID": uid} for uid in needed.uids],
-                                "NumPDBViolations": needed.pdb_violations}
+                uids, violations = needed
+                answer[node] = {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
         return {"NodeNameToMetaVictims": answer}
-
-    def _victims_needed(self, facts: pods.PodFacts, node: str, given: NodeVictims) -> tuple[str, NodeVictims | None]:
-        """Under the lock: ("dropped", None) when, with the victims the model holds on `node` gone, our filters
-        still refuse the pod there; else the victims it needs: "trimmed" when fewer than given, "kept" when all
-        of them (or when we would spare every one: kube-scheduler sees a need we do not). A victim the model does
-        not hold there stays, as given. The model is changed only for the moment, as preemption.Evaluator does."""
-        model = self.model.cluster
-        row = model.index.get(node)
-        if row is None or not given.uids:  # a node our filter calls unresolvable (not cached), or nothing to evict
-            return "dropped", None
-        held = {uid: model.assignments[uid] for uid in dict.fromkeys(given.uids)
-                if uid in model.assignments and model.assignments[uid].node == row}
-        evicted = dict(held)
-        for uid in evicted:
-            model.unassign(uid)
-        try:
-            if not self._passes(facts, node):
-                return "dropped", None
-            self._reprieve(facts, node, row, evicted)
-        finally:
-            for assignment in evicted.values():
-                if assignment.pod.identity not in model.assignments:
-                    model.assign(assignment.pod, node, assignment.devices)
-        kept = tuple(uid for uid in given.uids if uid not in held or uid in evicted)
-        if len(kept) == len(given.uids) or not kept:
-            return "kept", given
-        return "trimmed", NodeVictims(kept, self._violations(kept, held, given))
-
-    def _reprieve(self, facts: pods.PodFacts, node: str, row: int, evicted: dict[str, cluster.Assignment]) -> None:
-        """Put the victims back one at a time, as upstream's SelectVictimsOnNode reprieves them: those whose eviction
-        would violate a PodDisruptionBudget first, each group most important first. One is spared (leaves
-        `evicted`) only if the pod still passes our filters and every filter (Framework.fits, kube-scheduler's
-        too) with it there: a victim kube-scheduler needed gone is never spared."""
-        model = self.model.cluster
-        violating, others = preemption.violating(
-            preemption.more_important_first(assignment.pod for assignment in evicted.values()),
-            list(self.model.budgets.values()))
-        for victim in [*violating, *others]:
-            assignment = evicted[victim.identity]
-            model.assign(assignment.pod, node, assignment.devices)
-            if self._passes(facts, node) and self.framework.fits(facts, row):
-                del evicted[victim.identity]  # spared: stays
-            else:
-                model.unassign(victim.identity)
-
-    def _passes(self, facts: pods.PodFacts, node: str) -> bool:
-        """Whether our own filters (not those kube-scheduler has run itself) let the pod onto `node` now."""
-        feasible, _, _ = self.framework.evaluate(facts, [node], score=False)
-        return bool(feasible)
-
-    def _violations(self, kept: tuple[str, ...], held: Mapping[str, cluster.Assignment], given: NodeVictims) -> int:
-        """NumPDBViolations of the victims left: recounted when we watch budgets and hold every victim, else what
-        kube-scheduler counted, at most one per victim left."""
-        budgets = list(self.model.budgets.values())
-        if budgets and all(uid in held for uid in kept):
-            return len(preemption.violating([held[uid].pod for uid in kept], budgets)[0])
-        return min(given.pdb_violations, len(kept))
 
     def _keep_scores(self, uid: str, asked: frozenset[str], scores: dict[str, float]) -> None:
         self.filtered[uid] = (asked, scores)
@@ -524,26 +314,30 @@ class Extender:
         while len(self.filtered) > FILTERED_SCORES:
             self.filtered.popitem(last=False)
 
-    def bind(self, args: BindingArgs) -> ExtenderBindingResult:
-        """Choose and assume the devices, then POST the Binding that records them on the pod."""
+    def bind(self, args: wire.BindingArgs) -> wire.ExtenderBindingResult:
+        """Choose the devices and Reserve them, then the binding cycle (runtime.framework.bind) that posts the Binding
+        recording them on the pod: the same steps as `gpu-scheduler run`'s, synchronous here."""
         try:
             facts = self.model.facts_of(self._pod_for(args))
             with self.lock:
-                devices, assumed = self._assume(facts, args.node)
+                cycle, assumed = self._reserve(facts, args)
         except BindError as err:
             log.info("not binding %s to %s: %s", args.key, args.node, err)
             return {"Error": str(err)}
         try:
-            self._write(args, devices)
+            self._write(args, cycle)
         except BaseException as err:
             if assumed:  # this call's assumption (a retried bind leaves the first one's alone)
                 self._settle(args)
+                with self.lock:
+                    runtime.unreserve(self.plugins, cycle)
             if not isinstance(err, BindError):
                 raise
             log.warning("binding %s to %s failed: %s", args.key, args.node, err)
             return {"Error": str(err)}
         with self.lock:
             self.model.finish_binding(args.uid, now=_now())
+        devices = cycle.decision.devices
         log.info("bound %s to %s with GPU devices %s", args.key, args.node, pods.format_devices(devices))
         if devices:
             self._report(binding.record_devices, self.core.api_client, namespace=args.namespace,
@@ -564,7 +358,7 @@ class Extender:
         except RuntimeError:  # shut down
             pass
 
-    def _settle(self, args: BindingArgs) -> None:
+    def _settle(self, args: wire.BindingArgs) -> None:
         """After a failed Binding, the model follows what the API says of the pod (by UID). The apiserver may
         have stored the Binding before the connection broke: forgetting it blindly would give its GPUs twice.
         When the API cannot be asked, the devices stay held, and the pod is asked about again when kube-scheduler
@@ -586,7 +380,7 @@ class Extender:
                 self.model.confirm(args.uid, pod, now=_now())
                 self.unsettled.discard(args.uid)
 
-    def _pod_for(self, args: BindingArgs) -> dict[str, Any]:
+    def _pod_for(self, args: wire.BindingArgs) -> dict[str, Any]:
         """The Pod of the last /filter for this UID, else read from the API."""
         with self.lock:
             pod = self.remembered.get(args.uid)
@@ -599,39 +393,45 @@ class Extender:
                             f"(found {pods.key_of(pod)} with UID {metadata.get('uid')})")
         return pod
 
-    def _read_pod(self, args: BindingArgs) -> dict[str, Any]:
+    def _read_pod(self, args: wire.BindingArgs) -> dict[str, Any]:
         try:
             return binding.read_pod(self.core, namespace=args.namespace, name=args.pod_name)
         except (ApiException, HTTPError, OSError, ValueError) as err:
             raise BindError(f"cannot read pod {args.key}: {watching.describe_error(err)}") from err
 
-    def _assume(self, facts: pods.PodFacts, node: str) -> tuple[tuple[pods.Device, ...], bool]:
-        """Under the lock: the devices for `facts` on `node`, accounted in the model (and whether this call
-        assumed them, or a bind before it); never overcommits."""
+    def _reserve(self, facts: pods.PodFacts, args: wire.BindingArgs) -> tuple[runtime.BindingCycle, bool]:
+        """Under the lock: the binding cycle of `facts` on the node, its devices chosen and reserved in the model (and
+        whether this call reserved them, or a bind before it); never overcommits."""
+        node = args.node
         row = self.model.cluster.index.get(node)
         if row is None:
             raise BindError(f"node {node}: {NOT_CACHED}")
+        pending = watched.PendingPod(args.namespace, args.pod_name, args.uid, facts)
         current = self.model.cluster.assignments.get(facts.identity)
         if current is not None:
-            if current.node == row:
-                return current.devices, False  # bound or being bound there already: the same devices again
+            if current.node == row:  # bound or being bound there already: the same devices again
+                return runtime.BindingCycle(pending, framework.Decision(facts.key, node, current.devices)), False
             raise BindError(f"pod {facts.key} is already assigned to node {self.model.cluster.node(current.node).name}")
         feasible, failed, _ = self.framework.evaluate(facts, [node], score=False)
         if not feasible:
             raise BindError(f"node {node} cannot take pod {facts.key} any more: {failed[node][1]}")
         devices = self.framework._devices(row, facts)  # the standalone scheduler's device choice
+        cycle = runtime.BindingCycle(pending, framework.Decision(facts.key, node, devices))
         try:
-            self.model.assume(facts, node, devices, now=_now())
+            runtime.reserve(self.model, self.plugins, cycle)
         except cluster.OvercommitError as err:
             raise BindError(str(err)) from err
-        return devices, True
+        return cycle, True
 
-    def _write(self, args: BindingArgs, devices: tuple[pods.Device, ...]) -> None:
-        """POST the Binding with the devices annotation, which the apiserver writes onto the pod in the same
-        update that sets its node (as `gpu-scheduler run` binds); its UID refuses a pod recreated meanwhile."""
+    def _write(self, args: wire.BindingArgs, cycle: runtime.BindingCycle) -> None:
+        """Permit, PreBind and the Binding with the devices annotation, which the apiserver writes onto the pod in the
+        same update that sets its node (as `gpu-scheduler run` binds); its UID refuses a pod recreated meanwhile.
+        kube-scheduler has run its own PreBind plugins (volumes) before it calls /bind, so none here may wait."""
         try:
-            binding.bind(self.core.api_client, namespace=args.namespace, name=args.pod_name, uid=args.uid,
-                         node=args.node, devices=devices)
+            if runtime.bind(self.api, self.plugins, cycle) is not None:
+                raise BindError(f"binding {args.key} to {args.node}: a PreBind waits, which /bind cannot")
+        except runtime.Rejected as err:
+            raise BindError(f"binding {args.key} to {args.node}: {err}") from err
         except ApiException as err:
             if err.status == 409 and self._bound_there(args):
                 return  # bound to this node already (a retried bind): done
@@ -639,7 +439,7 @@ class Extender:
         except (HTTPError, OSError) as err:
             raise BindError(f"binding {args.key} to {args.node}: {watching.describe_error(err)}") from err
 
-    def _bound_there(self, args: BindingArgs) -> bool:
+    def _bound_there(self, args: wire.BindingArgs) -> bool:
         try:
             pod = self._read_pod(args)
         except BindError:
@@ -658,13 +458,15 @@ class Settings:
     config_file: Path | None = None  # config.yaml or a ConfigMap volume's file, watched
     config_map: tuple[str, str] | None = None  # (namespace, name), watched through the API
     kubeconfig: str | None = None  # else in-cluster, else $KUBECONFIG / ~/.kube/config
+    lease: tuple[str, str] | None = LEASE  # the Lease whose holder warms up deletion costs
 
 
 class _Runtime:
     """The extender, built (and its watches started) when the first valid configuration arrives."""
 
-    def __init__(self, core: Any):
+    def __init__(self, core: Any, lease: tuple[str, str] | None = LEASE):
         self.core = core
+        self.lease = lease
         self.extender: Extender | None = None
         self._lock = threading.Lock()
 
@@ -674,7 +476,7 @@ class _Runtime:
     def configure(self, settings: config.Config) -> None:
         with self._lock:
             if self.extender is None:
-                self.extender = Extender(settings, core=self.core).start()
+                self.extender = Extender(settings, core=self.core, lease=self.lease).start()
             else:
                 self.extender.configure(settings)
 
@@ -686,10 +488,10 @@ def create_app(settings: Settings) -> Flask:
     from gpu_scheduler import kubeclient
 
     core = client.CoreV1Api(kubeclient.api_client(settings.kubeconfig))
-    runtime = _Runtime(core)
-    holder = reloading.ConfigHolder(on_change=runtime.configure)
+    served = _Runtime(core, settings.lease)
+    holder = reloading.ConfigHolder(on_change=served.configure)
     sources.start(holder, config_file=settings.config_file, config_map=settings.config_map, core_api=core)
-    return build_app(runtime.current)
+    return build_app(served.current)
 
 
 def build_app(current: Callable[[], Extender | None]) -> Flask:
@@ -709,7 +511,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
         started = time.perf_counter()
         try:
             args = parse(orjson.loads(request.get_data(cache=False)))
-        except RequestError as err:
+        except wire.RequestError as err:
             REQUESTS.labels(verb, "invalid").inc()
             return _error(400, str(err))
         except (ValueError, RecursionError) as err:
@@ -737,27 +539,27 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
 
     @app.post("/filter")
     def filter_nodes() -> Any:
-        return serve("filter", parse_candidates, lambda extender, args: (extender.filter(args), "ok"))
+        return serve("filter", wire.parse_candidates, lambda extender, args: (extender.filter(args), "ok"))
 
     @app.post("/prioritize")
     def prioritize() -> Any:
-        return serve("prioritize", parse_candidates, lambda extender, args: (extender.prioritize(args), "ok"))
+        return serve("prioritize", wire.parse_candidates, lambda extender, args: (extender.prioritize(args), "ok"))
 
     @app.post("/bind")
     def bind() -> Any:
-        def answer(extender: Extender, args: BindingArgs) -> tuple[ExtenderBindingResult, str]:
+        def answer(extender: Extender, args: wire.BindingArgs) -> tuple[wire.ExtenderBindingResult, str]:
             result = extender.bind(args)
             return result, "refused" if result["Error"] else "bound"
 
-        return serve("bind", parse_binding, answer)
+        return serve("bind", wire.parse_binding, answer)
 
     @app.post("/preempt")
     def preempt() -> Any:
-        def answer(extender: Extender, args: PreemptionArgs) -> tuple[ExtenderPreemptionResult, str]:
+        def answer(extender: Extender, args: wire.PreemptionArgs) -> tuple[wire.ExtenderPreemptionResult, str]:
             result = extender.preempt(args)
             return result, "ok" if result["NodeNameToMetaVictims"] else "no_candidates"
 
-        return serve("preempt", parse_preemption, answer)
+        return serve("preempt", wire.parse_preemption, answer)
 
     @app.get("/healthz")
     def healthz() -> Any:

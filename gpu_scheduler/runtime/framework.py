@@ -18,7 +18,9 @@ them by name. The points, in the order a pod meets them:
   Unreserve    any step after Reserve failed: undo what Reserve did                              loop thread
 
 Besides the points, a plugin may keep state per pod (`pod_settled` drops it), act once a second (`tick`: warm-up,
-deadlines) and see configuration changes (`configure`). Everything a plugin may use of the runner is the `Handle`.
+deadlines) and see configuration changes (`configure`). Everything a plugin may use of the runner is the `Handle`
+(`SchedulerHandle` for what only `run` lends). The extender binds through the same Reserve and binding cycle
+(`reserve`, `bind`, `unreserve` below) and hosts the plugins that serve in its mode (plugins.EXTENDER).
 A plugin never imports another (an import-linter contract keeps them independent): what two need, the runner or a
 shared runtime module provides.
 """
@@ -26,9 +28,12 @@ shared runtime module provides.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import datetime
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from gpu_scheduler import watching
+from gpu_scheduler.runtime import binding
 from scheduler_core import framework as core
 from scheduler_core import preemption, queueing, watched
 from webhook import config
@@ -72,18 +77,26 @@ class Rejected(Exception):
 
 
 class Handle(Protocol):
-    """What the runner lends its plugins (upstream's framework.Handle)."""
+    """What every mode lends its plugins (upstream's framework.Handle): `run`'s runner and the extender alike."""
 
     api: Any  # the kubernetes ApiClient
     model: watched.WatchedCluster
-    framework: core.Framework
-    preemptor: preemption.Evaluator
-    queue: queueing.SchedulingQueue
     settings: config.Config
     identity: str  # this process, in the events it writes
 
     def post(self, call: Callable[..., None], *args: Any) -> None:
-        """Run `call(*args)` on the loop thread, which owns the model (for plugin threads)."""
+        """Run `call(*args)` where the model may be touched (the loop thread of `run`; under the extender's lock)."""
+
+    def submit_report(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run an API write on the small reporter pool (never in the way of bindings)."""
+
+
+class SchedulerHandle(Handle, Protocol):
+    """What `gpu-scheduler run`'s runner lends besides: it decides and binds, the extender answers kube-scheduler."""
+
+    framework: core.Framework
+    preemptor: preemption.Evaluator
+    queue: queueing.SchedulingQueue
 
     def reserve_and_bind(self, pending: watched.PendingPod, decision: core.Decision,
                          state: dict[str, Any] | None = None) -> None:
@@ -103,11 +116,44 @@ class Handle(Protocol):
     def record_event(self, pending: watched.PendingPod, kind: str, reason: str, message: str) -> None:
         """An event on the pod, on the calling thread."""
 
-    def submit_report(self, call: Callable[..., Any], *args: Any) -> None:
-        """Run an API write on the runner's small reporter pool (never in the way of bindings)."""
-
     def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
         """Why some plugin's PreEnqueue keeps the pod from being tried now, or None."""
+
+
+# --- the binding cycle, once for both modes ------------------------------------------------------
+
+
+def reserve(model: watched.WatchedCluster, plugins: Sequence[Plugin], cycle: BindingCycle) -> None:
+    """Reserve: the decision accounted in the model (which refuses an overcommit), then each plugin's Reserve."""
+    model.assume(cycle.pending.facts, cycle.node, cycle.decision.devices,
+                 now=datetime.datetime.now(datetime.timezone.utc))
+    for plugin in plugins:
+        plugin.reserve(cycle)
+
+
+def unreserve(plugins: Sequence[Plugin], cycle: BindingCycle) -> None:
+    """Every plugin's Unreserve, in reverse order; the model's side is the caller's (it knows what the API says)."""
+    for plugin in reversed(plugins):
+        plugin.unreserve(cycle)
+
+
+def bind(api: Any, plugins: Sequence[Plugin], cycle: BindingCycle) -> Wait | None:
+    """Permit (once), each PreBind from where the cycle stopped, then Bind: one Binding that carries the devices
+    annotation (gpu_scheduler.runtime.binding), so no pod is ever bound without its devices and a restart restores
+    them from the pod. Returns the Wait of a PreBind that must wait (call again once it is over); raises Rejected,
+    or the API's errors."""
+    if cycle.prebound == 0:
+        for plugin in plugins:
+            plugin.permit(cycle)
+    while cycle.prebound < len(plugins):
+        wait = plugins[cycle.prebound].pre_bind(cycle)
+        cycle.prebound += 1
+        if wait is not None:
+            return wait
+    pending = cycle.pending
+    binding.bind(api, namespace=pending.namespace, name=pending.name, uid=pending.uid, node=cycle.node,
+                 devices=cycle.decision.devices)
+    return None
 
 
 class Plugin:
@@ -117,6 +163,11 @@ class Plugin:
 
     def __init__(self, handle: Handle):
         self.handle = handle
+
+    def watches(self, put: Callable[[tuple[Any, ...]], None]) -> list[watching.Reflector]:
+        """The watches the capability needs, not started; each puts the model's events (runner.MODEL_EVENTS) with
+        `put`."""
+        return []
 
     def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
         """Why the pod may not be tried now (it then waits, neither attempted nor reported), or None."""

@@ -30,8 +30,9 @@ from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import watching
 from gpu_scheduler.runtime import binding, events, metrics, plugins, writes
+from gpu_scheduler.runtime import framework as runtime
 from gpu_scheduler.runtime.framework import REPORT_INTERVAL, BindingCycle, Plugin, Rejected, Wait
-from scheduler_core import framework, podgroups, preemption, queueing, watched
+from scheduler_core import framework, preemption, queueing, watched
 from webhook import config
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ class LiveScheduler:
         self.alive = threading.Event()
         self.identity = f"gpu-scheduler-{uuid.uuid4().hex[:8]}"
         args = plugin_args or {}
-        self.plugins: list[Plugin] = [kind(self, **args.get(kind.name, {})) for kind in plugins.ALL]
+        handle: runtime.SchedulerHandle = self  # checked: the runner lends all a plugin of `run` may use
+        self.plugins: list[Plugin] = [kind(handle, **args.get(kind.name, {})) for kind in plugins.ALL]
         self.watches = watching.ClusterWatches.of_cluster(
             self.core, on_nodes=lambda items: self.events.put(("nodes", items)),
             on_node=lambda kind, obj: self.events.put(("node", kind, obj)),
@@ -102,13 +104,7 @@ class LiveScheduler:
             on_namespace=lambda kind, obj: self.events.put(("namespace", kind, obj)),
             apps=client.AppsV1Api(api), on_selectors=lambda kind, items: self.events.put(("selectors", kind, items)),
             on_selector=lambda kind, event, obj: self.events.put(("selector", kind, event, obj)),
-            storage=client.StorageV1Api(api), on_storage_list=lambda kind, items: self.events.put(("storages", kind, items)),
-            on_storage=lambda kind, event, obj: self.events.put(("storage", kind, event, obj)),
-            policy=client.PolicyV1Api(api), on_budgets=lambda items: self.events.put(("budgets", items)),
-            on_budget=lambda event, obj: self.events.put(("budget", event, obj)),
-            custom=client.CustomObjectsApi(api), group_apis=podgroups.APIS,
-            on_groups=lambda group_api, items: self.events.put(("groups", group_api, items)),
-            on_group=lambda group_api, event, obj: self.events.put(("group", group_api, event, obj)))
+            extra=[reflector for plugin in self.plugins for reflector in plugin.watches(self.events.put)])
         self._loop = threading.Thread(target=self._run, name="scheduling-loop", daemon=True)
         self._last_housekeeping = 0.0  # parked-pool flush, plugins' ticks, pending gauges: once a second
 
@@ -298,45 +294,33 @@ class LiveScheduler:
 
     def reserve_and_bind(self, pending: watched.PendingPod, decision: framework.Decision,
                          state: dict[str, Any] | None = None) -> None:
-        """Reserve: the decision accounted in the model at once, and each plugin's Reserve; then the binding cycle
-        on a binder thread."""
+        """Reserve (runtime.framework.reserve), then the binding cycle on a binder thread."""
         assert decision.node is not None
         cycle = BindingCycle(pending, decision, dict(state or {}))
-        self.model.assume(pending.facts, decision.node, decision.devices, now=_now())
-        for plugin in self.plugins:
-            plugin.reserve(cycle)
+        runtime.reserve(self.model, self.plugins, cycle)
         self._binding_started()
         self.binder.submit(self._binding_cycle, cycle)
 
     def _binding_cycle(self, cycle: BindingCycle) -> None:
-        """On a binder thread: Permit, each PreBind (a Wait hands the cycle back to the loop until the cluster is
-        ready; it then resumes here at the next plugin), and Bind: one Binding that carries the devices annotation
-        (see gpu_scheduler.runtime.binding), so no pod is ever bound without its devices and a restart restores them
-        from the pod. Reports back to the loop; after a failure, with what the API says of the pod now (read here,
-        so the loop never waits on the API)."""
-        pending, decision = cycle.pending, cycle.decision
+        """On a binder thread: Permit, PreBind and Bind (runtime.framework.bind). A PreBind's Wait hands the cycle
+        back to the loop until the cluster is ready; it then resumes here at the next plugin. Reports back to the
+        loop; after a failure, with what the API says of the pod now (read here, so the loop never waits on the
+        API)."""
         try:
-            if cycle.prebound == 0:
-                for plugin in self.plugins:
-                    plugin.permit(cycle)
-            while cycle.prebound < len(self.plugins):
-                wait = self.plugins[cycle.prebound].pre_bind(cycle)
-                cycle.prebound += 1
-                if wait is not None:
-                    self.post(self._wait, cycle, wait)
-                    return
-            binding.bind(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
-                         node=cycle.node, devices=decision.devices)
+            wait = runtime.bind(self.api, self.plugins, cycle)
         except Rejected as err:
             self.post(self._on_rejected, cycle, str(err))
             return
         except (ApiException, HTTPError, OSError, ValueError) as err:
-            self.post(self._on_refused, cycle, err, self._read(pending))
+            self.post(self._on_refused, cycle, err, self._read(cycle.pending))
             return
         finally:
             self._binding_done()
+        if wait is not None:
+            self.post(self._wait, cycle, wait)
+            return
         self.post(self._on_bound, cycle)
-        self.recorder.submit(self._record_bound, pending, decision)
+        self.recorder.submit(self._record_bound, cycle.pending, cycle.decision)
 
     def _wait(self, cycle: BindingCycle, wait: Wait) -> None:
         self.waits[cycle.uid] = (cycle, wait)
@@ -370,8 +354,7 @@ class LiveScheduler:
         self.report_unschedulable(cycle.pending, message)
 
     def _unreserve(self, cycle: BindingCycle) -> None:
-        for plugin in reversed(self.plugins):
-            plugin.unreserve(cycle)
+        runtime.unreserve(self.plugins, cycle)
 
     def _binding_started(self) -> None:
         with self.bindings_pause:

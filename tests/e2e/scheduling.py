@@ -50,16 +50,20 @@ def start_scheduler(kubeconfig: Path, log_dir: Path, *args: str, name: str = "sc
 
 
 def start_extender(kubeconfig: Path, config_file: Path | None, log_dir: Path, config_map: str | None = None, *,
-                   min_nodes: int = 0, port: int | None = None, ready: bool = True) -> SchedulerProcess:
+                   min_nodes: int = 0, port: int | None = None, ready: bool = True,
+                   lease: str | None = None) -> SchedulerProcess:
     """`gpu-scheduler extender` on loopback (`port`, else a free one), once /readyz says both watches have
-    listed and its model holds at least `min_nodes` nodes (or, without `ready`, once it serves /healthz)."""
+    listed and its model holds at least `min_nodes` nodes (or, without `ready`, once it serves /healthz). Its
+    warm-up Lease is `lease`, else one of its own (`default/e2e-extender-<port>`): extenders of other tests
+    never contend for the shipped one."""
     source = ["--config", str(config_file)] if config_file else ["--config-map", str(config_map)]
     for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
         chosen = port or servers.free_port()
         log = log_dir / f"extender-{chosen}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "gpu_scheduler", "extender", *source,
-             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(chosen)],
+             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", str(chosen),
+             "--lease", lease or f"default/e2e-extender-{chosen}"],
             stdout=log.open("ab"), stderr=subprocess.STDOUT, env=os.environ.copy(),
         )
         server = SchedulerProcess(process, log, chosen)

@@ -205,8 +205,12 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
                                                                          tmp_path):
     """The overlay as installed: the real kube-scheduler runs its KubeSchedulerConfiguration (leader election
     included) with a token of the overlay's account, and the extender reads the ConfigMap with a token of its
-    own; a whole-GPU pod and a GPU share are both bound through the extender, with devices."""
+    own; a whole-GPU pod and a GPU share are both bound through the extender, with devices. The extender holds its
+    Lease and raises a warmed-up pod's deletion cost, as `gpu-scheduler run` does."""
+    from tests.e2e.conftest import E2E_CONFIG
     from tests.e2e.installing import NAMESPACE, kubectl
+
+    installed_webhook.set_config(E2E_CONFIG + "scheduling:\n  warmup: {seconds: 2, cost: 0}\n")
 
     for manifest in ("extender.yaml", "kube-scheduler.yaml"):
         kubectl(plane, "apply", "-f", str(COMPONENT / manifest))
@@ -215,7 +219,8 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
     cp.create_gpu_node(api, nodes[0], gpus=2, labels={"e2e-pool": pool})
     cp.create_gpu_node(api, nodes[1], gpus=1, model="NVIDIA-L4", memory_mib=24576, labels={"e2e-pool": pool})
     server = start_extender(plane.kubeconfig_for_service_account(NAMESPACE, "gpu-scheduler-extender"), None,
-                            tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config", min_nodes=len(GPUS))
+                            tmp_path, config_map=f"{NAMESPACE}/gpu-scheduler-config", min_nodes=len(GPUS),
+                            lease=f"{NAMESPACE}/gpu-scheduler-extender")
     shipped = yaml.safe_load((COMPONENT / "kube-scheduler-config.yaml").read_text())
     profile = f"gpu-overlay-{SUFFIX}"  # the shipped `gpu-scheduler` would also take other tests' pods
     assert [p["schedulerName"] for p in shipped["profiles"]] == ["gpu-scheduler"]
@@ -247,6 +252,19 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
         wait_for(recorded, "both pods' devices recorded in their status, as annotated")
         lease: Any = client.CoordinationV1Api(api).read_namespaced_lease("gpu-kube-scheduler", NAMESPACE)
         assert lease.spec.holder_identity
+
+        warm = f"{pool}-warm"  # bound and Ready, with the cost the webhook writes: warmed up after 2 s
+        core.create_namespaced_pod(namespace, {"metadata": {"name": warm, "annotations": {
+            "controller.kubernetes.io/pod-deletion-cost": "-50", "gpu-scheduler.io/initial-deletion-cost": "-50"}},
+            "spec": {"nodeName": nodes[1], "containers": [{"name": "main", "image": "registry.invalid/cuda:12"}]}})
+        cp.mark_pod_ready(api, namespace, warm)
+        wait_for(lambda: (core.read_namespaced_pod(warm, namespace).metadata.annotations or {}).get(
+            "gpu-scheduler.io/deletion-cost-warmed-at"), "the extender to raise the warmed-up pod's cost", timeout=30)
+        annotations = core.read_namespaced_pod(warm, namespace).metadata.annotations
+        assert annotations["controller.kubernetes.io/pod-deletion-cost"] == "0"
+        holder = client.CoordinationV1Api(api).read_namespaced_lease("gpu-scheduler-extender", NAMESPACE)
+        assert holder.spec.holder_identity.startswith("gpu-scheduler-extender-")
     finally:
+        installed_webhook.set_config(E2E_CONFIG)
         scheduler.stop()
         server.stop()

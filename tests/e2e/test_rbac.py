@@ -58,7 +58,8 @@ def can(plane: Any, user: str, verb: str, resource: str, namespace: str | None) 
         (SCHEDULER, "get", "services", "default"),  # list and watch are all system default spreading needs
         (SCHEDULER, "update", "replicasets.apps", "default"),
         (SCHEDULER, "*", "*", None),
-        (EXTENDER, "patch", "pods", "default"),
+        (EXTENDER, "delete", "pods", "default"),  # kube-scheduler evicts; the extender only answers /preempt
+        (EXTENDER, "update", "leases/someone-else", "gpu-scheduler-system"),
         (EXTENDER, "update", "pods/status", "default"),
         (EXTENDER, "get", "secrets", "gpu-scheduler-system"),
         (EXTENDER, "delete", "events", "default"),
@@ -91,6 +92,8 @@ def test_dangerous_permissions_are_absent(rbac, user, verb, resource, namespace)
         (EXTENDER, "watch", "poddisruptionbudgets.policy", None),  # /preempt recounts budget violations
         (EXTENDER, "patch", "pods/status", "default"),
         (EXTENDER, "create", "events", "default"),
+        (EXTENDER, "patch", "pods", "default"),  # the deletion-cost warm-up
+        (EXTENDER, "update", "leases/gpu-scheduler-extender", "gpu-scheduler-system"),  # held by the warming replica
     ],
 )
 def test_the_permissions_each_job_needs_are_there(rbac, user, verb, resource, namespace):

@@ -21,7 +21,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from gpu_scheduler import watching
-from gpu_scheduler.runtime import extender
+from gpu_scheduler.runtime import extender, wire
 from scheduler_core import pods, profile
 from tests.unit.builders import node, pod
 from webhook import config
@@ -253,7 +253,7 @@ def test_failed_nodes_carry_the_reason_of_the_first_filter_that_rejects(node_obj
 def scores(client: Any, pod_obj: dict[str, Any], names: list[str]) -> dict[str, int]:
     answer = post(client, "prioritize", {"Pod": pod_obj, "NodeNames": names})
     assert [entry["Host"] for entry in answer] == names
-    assert all(isinstance(e["Score"], int) and 0 <= e["Score"] <= extender.MAX_PRIORITY for e in answer)
+    assert all(isinstance(e["Score"], int) and 0 <= e["Score"] <= wire.MAX_PRIORITY for e in answer)
     return {entry["Host"]: entry["Score"] for entry in answer}
 
 
@@ -832,3 +832,25 @@ def test_prioritize_leaves_out_the_preferences_kube_scheduler_scores_itself():
         {"weight": 100, "preference": {"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}}]}}
     assert scores(client, pod_obj, ["a100-1", "a100-2"]) == {"a100-1": 10, "a100-2": 10}
+
+
+def test_the_replica_holding_the_lease_raises_a_warmed_up_pods_deletion_cost_once(monkeypatch):
+    """Warm-up runs in extender mode too (plugins.EXTENDER), on the replica that holds the extender's Lease."""
+    from gpu_scheduler import rawapi
+
+    patches: list[tuple[str, Any]] = []
+    monkeypatch.setattr(rawapi, "request", lambda api, method, path, body, **_: patches.append((path, body)) or b"{}")
+    ready = pod("warm", gpus=1, node_name="a100-1", annotations={
+        "controller.kubernetes.io/pod-deletion-cost": "-50", "gpu-scheduler.io/initial-deletion-cost": "-50"})
+    ready["metadata"]["uid"] = "uid-warm"
+    ready["status"] = {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    ext, _, _ = make(bound=(ready,))
+    ext.tick(1000.0)
+    ext.reporter.submit(lambda: None).result(timeout=5)
+    assert patches == []  # not the Lease holder: another replica may be warming up
+    ext.leading.set()
+    ext.tick(1001.0)
+    ext.tick(1002.0)  # within the retry interval: not patched twice while the first patch is in flight
+    ext.reporter.submit(lambda: None).result(timeout=5)
+    assert [(path, [op["op"] for op in body]) for path, body in patches] == [
+        ("/api/v1/namespaces/ns/pods/warm", ["test", "replace", "add"])]

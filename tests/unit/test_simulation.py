@@ -181,6 +181,23 @@ def test_bound_pods_are_placed_first_whatever_their_position():
     assert result.allocation_ratio == 0.5
 
 
+def test_a_gated_pod_is_not_placed_and_says_which_gates_hold_it_alone_or_in_a_group():
+    """As `gpu-scheduler run` (and kube-scheduler's SchedulingGates): the room stays for the pods after it; a gated
+    member does not count toward its group's quorum."""
+    held = pod("held", gpus=1)
+    held["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    gated_member = member("a-2", gpus=1)
+    gated_member["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    pods = [held, pod("after", gpus=1), podgroup(spec={"minMember": 3}), member("a-0", gpus=1),
+            member("a-1", gpus=1), gated_member]
+    result = simulate([node("a", gpus=8)], pods, config.Config())
+    placed = outcomes(result)
+    assert placed["ns/held"] == (None, "waiting for scheduling gates: [kueue.x-k8s.io/admission]")
+    assert placed["ns/after"][0] == "a"
+    assert placed["ns/a-2"] == (None, "waiting for scheduling gates: [example.com/quota]")
+    assert placed["ns/a-0"] == (None, "gang ns/job-a: 2/3 members exist; waiting for 1 more")
+
+
 # --- pod groups -------------------------------------------------------------------------------------
 
 

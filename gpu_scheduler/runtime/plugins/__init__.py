@@ -14,3 +14,9 @@ ALL = (
     volumes.VolumeBinding,  # Reserve, PreBind (write, then wait for the claims), Unreserve
     warmup.WarmUp,  # tick (deletion-cost warm-up)
 )
+
+# `gpu-scheduler extender`: kube-scheduler runs its own gates, preemption (asking /preempt), volumes and gangs; the
+# extender binds through the same binding cycle and hosts what no kube-scheduler plugin does.
+EXTENDER = (
+    warmup.WarmUp,  # tick, on the replica holding the extender's Lease
+)

@@ -18,16 +18,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import events, metrics, writes
-from gpu_scheduler.runtime.framework import REPORT_INTERVAL, BindingCycle, Handle, Plugin, Rejected
+from gpu_scheduler.runtime.framework import REPORT_INTERVAL, BindingCycle, Plugin, Rejected, SchedulerHandle
 from scheduler_core import gangs, podgroups, pods, watched
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,9 @@ class Attempt:
 class Gangs(Plugin):
     name = "Gangs"
 
-    def __init__(self, handle: Handle):
+    handle: SchedulerHandle
+
+    def __init__(self, handle: SchedulerHandle):
         super().__init__(handle)
         self.attempts: dict[str, Attempt] = {}  # member uid -> its gang decision, until bound or not
         self.under_way = writes.UnderWay()  # gang preemptions, by GroupRef
@@ -56,6 +60,12 @@ class Gangs(Plugin):
         # must never land after the "Scheduling" that followed it.
         self.group_writer = ThreadPoolExecutor(1, thread_name_prefix="group-writer")
         self.evictor = ThreadPoolExecutor(2, thread_name_prefix="gang-evictor")
+
+    def watches(self, put: Callable[[tuple[Any, ...]], None]) -> list[watching.Reflector]:
+        """The PodGroups of each API that names groups (scheduler_core.podgroups.APIS), where served."""
+        return watching.group_watches(client.CustomObjectsApi(self.handle.api), podgroups.APIS,
+                                      lambda api, items: put(("groups", api, items)),
+                                      lambda api, event, obj: put(("group", api, event, obj)))
 
     def stop(self) -> None:
         self.group_writer.shutdown(wait=False, cancel_futures=True)

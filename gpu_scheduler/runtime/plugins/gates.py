@@ -9,12 +9,11 @@ removes the last one brings the pod back at once.
 from __future__ import annotations
 
 from gpu_scheduler.runtime.framework import Plugin
-from scheduler_core import watched
+from scheduler_core import pods, watched
 
 
 class SchedulingGates(Plugin):
     name = "SchedulingGates"
 
     def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
-        gates = pending.facts.scheduling_gates
-        return f"waiting for scheduling gates: [{' '.join(gates)}]" if gates else None
+        return pods.gated_reason(pending.facts)

@@ -9,7 +9,12 @@ holding a thread, until every claim is bound, for at most VolumeBinding's 600 s;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
+from kubernetes import client
+
+from gpu_scheduler import watching
 from gpu_scheduler.runtime import binding
 from gpu_scheduler.runtime.framework import BindingCycle, Handle, Plugin, Wait
 from scheduler_core import volumes
@@ -23,6 +28,12 @@ class VolumeBinding(Plugin):
     def __init__(self, handle: Handle, *, bind_timeout: float = BIND_TIMEOUT):
         super().__init__(handle)
         self.bind_timeout = bind_timeout
+
+    def watches(self, put: Callable[[tuple[Any, ...]], None]) -> list[watching.Reflector]:
+        """Claims, volumes, classes and the CSI objects the volume filters read, into the model."""
+        return watching.storage_watches(
+            client.CoreV1Api(self.handle.api), client.StorageV1Api(self.handle.api),
+            lambda kind, items: put(("storages", kind, items)), lambda kind, event, obj: put(("storage", kind, event, obj)))
 
     def reserve(self, cycle: BindingCycle) -> None:
         plan = cycle.decision.volume_plan
