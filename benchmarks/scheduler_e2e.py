@@ -89,24 +89,35 @@ def wait_bound(core: Any, namespace: str, count: int, timeout: float, progress: 
     from kubernetes import watch
 
     started = time.perf_counter()
-    listing = core.list_namespaced_pod(namespace)
-    bound = {p.metadata.name for p in listing.items if p.spec.node_name}
-    progress.update(len(bound))
-    first: tuple[float, int] | None = (started, len(bound)) if bound else None
-    stream = watch.Watch()
-    for event in stream.stream(core.list_namespaced_pod, namespace, resource_version=listing.metadata.resource_version,
-                               timeout_seconds=int(timeout), deserialize=False):
-        obj = event["object"]
-        if (obj.get("spec") or {}).get("nodeName") and obj["metadata"]["name"] not in bound:
-            bound.add(obj["metadata"]["name"])
-            progress.update(1)
+    deadline = started + timeout
+    bound: set[str] = set()
+    first: tuple[float, int] | None = None
+    while time.perf_counter() < deadline:  # a watch the apiserver ends early is listed and watched again
+        listing = core.list_namespaced_pod(namespace)
+        newly = {p.metadata.name for p in listing.items if p.spec.node_name} - bound
+        bound |= newly
+        progress.update(len(newly))
+        if first is None and bound:
+            first = (time.perf_counter(), len(bound))
+        if len(bound) == count:
             now = time.perf_counter()
-            if first is None:
-                first = (now, len(bound))
-            if len(bound) == count:
-                stream.stop()
-                steady = (count - first[1]) / (now - first[0]) if now > first[0] else float("inf")
-                return now - started, steady
+            steady = (count - first[1]) / (now - first[0]) if first and now > first[0] else float("inf")
+            return now - started, steady
+        stream = watch.Watch()
+        for event in stream.stream(core.list_namespaced_pod, namespace,
+                                   resource_version=listing.metadata.resource_version,
+                                   timeout_seconds=max(1, int(deadline - time.perf_counter())), deserialize=False):
+            obj = event["object"]
+            if (obj.get("spec") or {}).get("nodeName") and obj["metadata"]["name"] not in bound:
+                bound.add(obj["metadata"]["name"])
+                progress.update(1)
+                now = time.perf_counter()
+                if first is None:
+                    first = (now, len(bound))
+                if len(bound) == count:
+                    stream.stop()
+                    steady = (count - first[1]) / (now - first[0]) if now > first[0] else float("inf")
+                    return now - started, steady
     raise RuntimeError(f"{namespace}: {count - len(bound)} of {count} pods still unbound after {timeout:.0f}s")
 
 
