@@ -172,6 +172,7 @@ class Extender:
                     log.exception("plugin %s failed its tick; going on", plugin.name)
 
     def post(self, call: Callable[..., None], *args: Any) -> None:
+        """Run `call` under the lock, at once: for a plugin's own threads, never from a tick (which holds it)."""
         with self.lock:
             call(*args)
 

@@ -28,12 +28,11 @@ shared runtime module provides.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from gpu_scheduler import watching
-from gpu_scheduler.runtime import binding
+from gpu_scheduler.runtime import binding, writes
 from scheduler_core import framework as core
 from scheduler_core import preemption, queueing, watched
 from webhook import config
@@ -125,8 +124,7 @@ class SchedulerHandle(Handle, Protocol):
 
 def reserve(model: watched.WatchedCluster, plugins: Sequence[Plugin], cycle: BindingCycle) -> None:
     """Reserve: the decision accounted in the model (which refuses an overcommit), then each plugin's Reserve."""
-    model.assume(cycle.pending.facts, cycle.node, cycle.decision.devices,
-                 now=datetime.datetime.now(datetime.timezone.utc))
+    model.assume(cycle.pending.facts, cycle.node, cycle.decision.devices, now=writes.now())
     for plugin in plugins:
         plugin.reserve(cycle)
 

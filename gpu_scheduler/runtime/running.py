@@ -14,7 +14,6 @@ pending (the same UID), the pod is retried after a backoff; gone, or another pod
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import queue
 import threading
@@ -205,7 +204,7 @@ class LiveScheduler:
             elif kind == "config":
                 self._on_config(event[1])
             else:
-                self._apply(getattr(self.model, MODEL_EVENTS[kind][1])(*event[1:], now=_now()))
+                self._apply(getattr(self.model, MODEL_EVENTS[kind][1])(*event[1:], now=writes.now()))
                 if kind in WAKES_WAITS:
                     self._check_waits()
         except Exception:
@@ -395,7 +394,7 @@ class LiveScheduler:
         uid = cycle.uid
         for plugin in self.plugins:
             plugin.post_bind(cycle)
-        self.model.finish_binding(uid, now=_now())
+        self.model.finish_binding(uid, now=writes.now())
         metrics.ATTEMPTS.labels("scheduled").inc()
         started = self.queued_at.pop(uid, None)
         if started is not None:
@@ -421,7 +420,7 @@ class LiveScheduler:
         if seen is UNREAD:
             self._apply(self.model.forget(uid, pending=pending))
         else:
-            self._apply(self.model.confirm(uid, seen, now=_now()))
+            self._apply(self.model.confirm(uid, seen, now=writes.now()))
         if uid in self.model.pending:
             log.warning("binding %s to %s failed (%s); will retry", pending.key, node, watching.describe_error(error))
             self.queue.failed(uid, time.monotonic(), unschedulable=False)
@@ -480,8 +479,3 @@ class LiveScheduler:
         events.record(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid, kind=kind,
                       reason=reason, message=message, component=self.settings.scheduler_name,
                       instance=self.identity)
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-

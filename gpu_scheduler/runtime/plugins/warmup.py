@@ -6,7 +6,6 @@ runner's reporter pool; a patch that fails is tried again after RETRY seconds.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import Any
 
@@ -36,7 +35,7 @@ class WarmUp(Plugin):
         for uid in [uid for uid in self.promoting if uid not in candidates]:
             del self.promoting[uid]
         budget = int(self.per_second)
-        wall = datetime.datetime.now(datetime.timezone.utc)
+        wall = writes.now()
         for uid, candidate in list(candidates.items()):
             if budget <= 0:
                 return
