@@ -103,7 +103,7 @@ def main() -> int:
             pinning.stop()
     failures = sum(len(o.refused) + len(o.missed) + len(o.overcommitted) for o in outcomes)
     if args.json:
-        print(json.dumps({"outcomes": [{**asdict(o), "pending": o.pending, "unsupported": o.unsupported}
+        print(json.dumps({"outcomes": [{**asdict(o), "pending": o.pending}
                                        for o in outcomes],
                           "failures": failures}, indent=2))
         return 1 if failures else 0

@@ -331,6 +331,16 @@ def storage_watches(core: Any, storage: Any, on_list: Callable[[str, list[Any]],
         ("VolumeAttachment", storage.list_volume_attachment)))
 
 
+def resource_watches(resource: Any, on_list: Callable[[str, list[Any]], None],
+                     on_event: Callable[[str, str, Any], None]) -> list[Reflector]:
+    """The DRA objects the allocator reads (scheduler_core.dra.state.KINDS), with callbacks that take the kind
+    first; `resource` a ResourceV1Api (resource.k8s.io/v1)."""
+    return _of_kinds(on_list, on_event, (
+        ("ResourceSlice", resource.list_resource_slice),
+        ("DeviceClass", resource.list_device_class),
+        ("ResourceClaim", resource.list_resource_claim_for_all_namespaces)))
+
+
 def budget_watch(policy: Any, on_list: Callable[[list[Any]], None], on_event: Callable[[str, Any], None]) -> Reflector:
     """The PodDisruptionBudgets preemption reads; `policy` a PolicyV1Api."""
     return Reflector(policy.list_pod_disruption_budget_for_all_namespaces, name="PodDisruptionBudgets",

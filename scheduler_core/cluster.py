@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import fields, podaffinity, spread, volumes
+from scheduler_core.dra import state as dra_state
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
 from scheduler_core.podgroups import GroupRef
 from scheduler_core.pods import ANY_IP, Device, HostPort, PodFacts, format_devices
@@ -81,6 +82,7 @@ class Cluster:
         self.namespaces_version = 0  # bumped when namespaces or their labels change
         self.default_selectors = spread.DefaultSelectors()  # for the system default spread constraints
         self.storage = volumes.Storage()  # claims, volumes, classes and CSI limits, for the volume plugins
+        self.dra = dra_state.Resources()  # ResourceSlices, DeviceClasses and ResourceClaims, for DynamicResources
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins, pods, profile, volumes, workloads
+from scheduler_core import placement, plugins, profile, volumes, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
@@ -30,6 +30,8 @@ class Decision:
     reason: str | None = None  # why not, when node is None
     scores: dict[str, dict[str, float]] | None = None  # explain: node -> plugin -> weighted score
     volume_plan: volumes.Plan | None = None  # claims to bind or provision on `node` before the pod is bound there
+    # DRA: the allocation of each ResourceClaim (namespace, name) the pod allocates on `node`, written before binding
+    claim_allocations: tuple[tuple[tuple[str, str], dict[str, Any]], ...] = ()
 
 
 class Framework:
@@ -61,13 +63,11 @@ class Framework:
                within: np.ndarray | None = None) -> Decision:
         """Choose a node and GPU devices for `pod`, or say why none fits. Changes nothing.
 
-        A pod with constraints the core cannot evaluate (PodFacts.unsupported) gets no node, so it is
-        never bound where kube-scheduler would not bind it. The rows in `excluded` are left out, each counted
+        The rows in `excluded` are left out, each counted
         under the reason given (a node that fits only without the pods nominated to it); given `within` (a mask
         over the rows), only its rows are candidates (a gang tried in one topology domain)."""
-        if pod.problems or pod.unsupported:
-            reasons = [*pod.problems, *([pods.unsupported_reason(pod.unsupported)] if pod.unsupported else [])]
-            return Decision(pod.key, None, reason="; ".join(reasons))
+        if pod.problems:
+            return Decision(pod.key, None, reason="; ".join(pod.problems))
         cluster = self.cluster
         if cluster.node_count == 0:
             return Decision(pod.key, None, reason="0/0 nodes are available: no nodes in the cluster.")
@@ -81,6 +81,7 @@ class Framework:
             alive[list(excluded)] = False
         if within is not None:
             alive &= within[: cluster.size]
+        cycle.extras["alive"] = alive
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)  # alive and not rejected
@@ -114,7 +115,8 @@ class Framework:
                 }
                 for r in top
             }
-        return Decision(pod.key, node, devices, scores=scores, volume_plan=plugins.volume_plan(cycle, row))
+        return Decision(pod.key, node, devices, scores=scores, volume_plan=plugins.volume_plan(cycle, row),
+                        claim_allocations=plugins.claim_allocations(cycle, row))
 
     def _pre_score_problem(self, pod: PodFacts) -> str | None:
         """Why kube-scheduler's PreScore fails the pod, in its plugins' order: what a score plugin in use scores
@@ -138,6 +140,7 @@ class Framework:
         reasons: Counter[str] = Counter(excluded.values())
         if excluded:
             alive[list(excluded)] = False
+        cycle.extras["alive"] = alive
         for _, filter_plugin in plugins.FILTERS:
             rejected = np.zeros_like(alive)
             for mask, reason in filter_plugin(cycle):
@@ -161,6 +164,7 @@ class Framework:
         cycle = self._filtering(pod)
         if cycle is None:
             return np.zeros_like(alive)
+        cycle.extras["alive"] = alive
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)
@@ -168,8 +172,8 @@ class Framework:
 
     def _filtering(self, pod: PodFacts) -> plugins.Cycle | None:
         """The cycle to run `pod`'s filters in, or None when no node can take it whatever its filters say (its spec
-        has problems or constraints the core cannot evaluate, or a pre-filter rejects it)."""
-        if pod.problems or pod.unsupported:
+        has problems, or a pre-filter rejects it)."""
+        if pod.problems:
             return None
         cycle = self._cycle(pod)
         return cycle if _pre_filtered(cycle) is None else None
@@ -183,6 +187,7 @@ class Framework:
         if message is not None:
             return dict.fromkeys(rows, message)
         found: dict[int, str] = {}
+        cycle.extras["alive"] = np.isin(np.arange(self.cluster.size), rows)
         for _, filter_plugin in plugins.FILTERS:
             for mask, reason in filter_plugin(cycle):
                 for row in rows:
@@ -201,6 +206,7 @@ class Framework:
             return np.zeros(0, dtype=np.int64)
         alive = cluster.present[: cluster.size].copy()
         potential = np.zeros_like(alive)
+        cycle.extras["alive"] = alive
         for name, filter_plugin in plugins.FILTERS:
             rejected = np.zeros_like(alive)
             incurable = np.zeros_like(alive)  # rejected for a reason no eviction cures
@@ -226,6 +232,8 @@ class Framework:
         decision = self.decide(pod, explain=explain)
         if decision.node is not None:
             self.cluster.assign(pod, decision.node, decision.devices)
+            for claim_key, allocation in decision.claim_allocations:
+                self.cluster.dra.assume(claim_key, allocation)
         return decision
 
     def _proposed_device(self, cycle: plugins.Cycle, row: int) -> int | None:
@@ -260,8 +268,8 @@ class Framework:
                  ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, float]]:
         """Filter and score only `node_names`, as kube-scheduler asks an extender about its candidates.
 
-        PodFacts.unsupported does not matter here, nor do the filters in plugins.KUBE_SCHEDULER_FILTERS and
-        the scores in plugins.KUBE_SCHEDULER_SCORES: kube-scheduler has evaluated those itself.
+        The filters in plugins.KUBE_SCHEDULER_FILTERS and the scores in plugins.KUBE_SCHEDULER_SCORES are left
+        out: kube-scheduler has evaluated those itself.
 
         Returns the feasible names (input order, duplicates dropped); for each rejected node the
         first filter that rejects it and that filter's reasons for it, joined with ", "; and for

@@ -193,12 +193,16 @@ def _trial(framework: Framework, members: list[PodFacts], within: np.ndarray | N
                            decision.node, decision.devices)
             if decision.volume_plan is not None:  # the volumes it would bind or provision are not the next one's
                 cluster.storage.assume(decision.volume_plan)
+            for claim_key, allocation in decision.claim_allocations:  # nor are the devices its claims would hold
+                cluster.dra.assume(claim_key, allocation)
             decided.append((member, decision))
     finally:
         for member, decision in decided:
             cluster.unassign(member.identity)
             if decision.volume_plan is not None:
                 cluster.storage.forget(decision.volume_plan)
+            for claim_key, _ in decision.claim_allocations:
+                cluster.dra.forget(claim_key)
     return decided, unplaced
 
 

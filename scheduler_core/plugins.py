@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import podaffinity, predicates, spread, volumes, workloads
+from scheduler_core.dra import allocator as dra_allocator
+from scheduler_core.dra import policy as dra_policy
+from scheduler_core.dra import state as dra_state
 from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
 from scheduler_core.pods import PodFacts
@@ -305,10 +308,81 @@ def volume_zone_pre(cycle: Cycle) -> str | None:
 
 
 # PreFilters that reject a pod whatever the node, in upstream's order; each returns its message, or None.
+DRA_UNKNOWN = ("not checked against its resource claims: the DRA objects (ResourceSlices, DeviceClasses, "
+               "ResourceClaims) not listed yet")
+
+
+def dynamic_resources_pre(cycle: Cycle) -> str | None:
+    """DynamicResources' PreEnqueue and PreFilter: every claim of the pod exists, is the pod's own (a template's),
+    is not being deleted or allocated for another pod, and asks for classes that exist."""
+    pod = cycle.pod
+    if not pod.resource_claims:
+        return None
+    resources = cycle.cluster.dra
+    if not resources.ready:
+        return DRA_UNKNOWN
+    found = resources.pre_filter(pod.namespace, pod.key.partition("/")[2], pod.uid, pod.resource_claims)
+    if isinstance(found, str):
+        return found
+    cycle.extras["dra"] = found
+    return None
+
+
+def dynamic_resources(cycle: Cycle) -> Failures:
+    """DynamicResources' Filter: an allocated claim's node selector admits the node, and the claims to allocate
+    fit on its devices (scheduler_core.dra.allocator, with the GPU policy's device order). Only the rows still
+    alive are tried, each once per cycle; an error that no node can cure (a selector that fails) rejects them
+    all with that error."""
+    prepared = cycle.extras.get("dra")
+    if prepared is None:
+        return []
+    outcomes: dict[int, Any] = cycle.extras.setdefault("dra-outcomes", {})
+    alive = cycle.extras.get("alive")
+    rows = np.flatnonzero(alive if alive is not None else cycle.cluster.present[: cycle.rows])
+    resources, facts, pod = cycle.cluster.dra, cycle.cluster.facts, cycle.pod
+    order = dra_policy.order(cycle.gpu_policy, resources.snapshot().allocated)
+    admit = dra_policy.admits(pod.models, pod.min_gpu_memory_mib)
+    for row in rows.tolist():
+        node = facts[row]
+        if row in outcomes or node is None:
+            continue
+        try:
+            outcome = resources.filter(node, prepared, order=order, admit=admit)
+        except dra_allocator.AllocationError as err:
+            outcome = str(err)
+        if outcome == dra_state.CANNOT_ALLOCATE and admit is not None:
+            outcome = f"{outcome} ({_annotated_gpus(pod)})"
+        outcomes[row] = outcome
+    failures: dict[str, np.ndarray] = {}
+    for row, outcome in outcomes.items():
+        if isinstance(outcome, str):
+            failures.setdefault(outcome, np.zeros(cycle.rows, dtype=bool))[row] = True
+    return [(mask, reason) for reason, mask in failures.items()]
+
+
+def _annotated_gpus(pod: PodFacts) -> str:
+    """What the pod's GPU annotations allow, for the message of a node whose devices they rule out."""
+    wanted = [f"model {pod.model}"] if pod.model else []
+    if pod.min_gpu_memory_mib:
+        wanted.append(f"at least {pod.min_gpu_memory_mib} MiB")
+    return "GPUs limited by the pod's annotations to " + " and ".join(wanted)
+
+
+def claim_allocations(cycle: Cycle, row: int) -> tuple[tuple[tuple[str, str], dict[str, Any]], ...]:
+    """DynamicResources' choice for the chosen node: the allocation of each claim the pod allocates, by claim."""
+    prepared = cycle.extras.get("dra")
+    outcome = cycle.extras.get("dra-outcomes", {}).get(row)
+    if prepared is None or not isinstance(outcome, list):
+        return ()
+    return tuple(((cycle.pod.namespace, prepared.records[index].claim.name), dict(allocation))
+                 for index, allocation in zip(prepared.to_allocate, outcome))
+
+
 PRE_FILTERS: tuple[tuple[str, Callable[[Cycle], str | None]], ...] = (
     ("VolumeRestrictions", volume_restrictions_pre),
     ("VolumeBinding", volume_binding_pre),
     ("VolumeZone", volume_zone_pre),
+    ("DynamicResources", dynamic_resources_pre),
 )
 
 
@@ -509,6 +583,7 @@ FILTERS: tuple[tuple[str, Callable[[Cycle], Failures]], ...] = (
     ("VolumeZone", volume_zone),
     ("PodTopologySpread", pod_topology_spread),
     ("InterPodAffinity", inter_pod_affinity),
+    ("DynamicResources", dynamic_resources),
 )
 # Rejections that evicting pods may cure (upstream's Unschedulable, as against UnschedulableAndUnresolvable): a node
 # rejected first by another filter, or for one of UNRESOLVABLE_REASONS, is no candidate for preemption.
@@ -517,7 +592,7 @@ RESOLVABLE_BY_PREEMPTION = frozenset({"NodePorts", "NodeResourcesFit", "GPUDevic
 UNRESOLVABLE_REASONS = frozenset({AFFINITY_MISMATCH, SPREAD_MISSING_LABEL, NAMESPACES_UNKNOWN})
 # Filters the extender leaves out: kube-scheduler has evaluated them before it asks (PRE_FILTERS too).
 KUBE_SCHEDULER_FILTERS = frozenset({"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
-                                    "PodTopologySpread", "InterPodAffinity"})
+                                    "PodTopologySpread", "InterPodAffinity", "DynamicResources"})
 
 
 # --- scores -----------------------------------------------------------------------------------
@@ -627,6 +702,45 @@ def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         return np.zeros(rows.size)
     utilization = cycle.cluster.utilization[rows]
     return np.where(np.isnan(utilization), 50.0, 100.0 * (1.0 - utilization))
+
+
+def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Ours, for pods with DRA claims: the share of the node's devices in use once the claims are allocated there,
+    as nodePolicy wants it (binpack: fuller nodes first; spread: emptier). 0 for other pods."""
+    outcomes = cycle.extras.get("dra-outcomes")
+    scores = np.zeros(rows.size)
+    if not outcomes:
+        return scores
+    resources = cycle.cluster.dra
+    made = resources.snapshot()
+    for position, row in enumerate(rows.tolist()):
+        outcome, facts = outcomes.get(row), cycle.cluster.facts[row]
+        if not isinstance(outcome, list) or not outcome or facts is None:
+            continue
+        total, in_use = made.devices_on(facts)
+        if total:
+            share = min(in_use + dra_allocator.devices_in(outcome), total) / total
+            scores[position] = 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
+    return scores
+
+
+def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Upstream's DynamicResources Score: a node where a claim's earlier `firstAvailable` alternative could be
+    allocated scores higher (8 - its index, summed), normalised to 0..100 over the candidates."""
+    outcomes, prepared = cycle.extras.get("dra-outcomes"), cycle.extras.get("dra")
+    raw = np.zeros(rows.size)
+    if not outcomes or prepared is None:
+        return raw
+    already = sum(dra_allocator.alternative_score(record.claim, record.allocation or {})
+                  for record in prepared.records if record.allocation is not None)
+    for position, row in enumerate(rows.tolist()):
+        outcome = outcomes.get(row)
+        if isinstance(outcome, list):
+            raw[position] = already + sum(
+                dra_allocator.alternative_score(prepared.records[index].claim, allocation)
+                for index, allocation in zip(prepared.to_allocate, outcome))
+    top = raw.max() if raw.size else 0.0
+    return raw * 100.0 / top if top > 0 else raw
 
 
 def spot_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
@@ -741,11 +855,13 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "taint-toleration": taint_preference,
     "inter-pod-affinity": inter_pod_affinity_preference,
     "pod-topology-spread": pod_topology_spread_preference,
+    "dynamic-resources": dynamic_resources_preference,
+    "dra-devices": dra_devices,
 }
 # Scores the extender leaves out: kube-scheduler's own plugins of the same names (NodeResourcesBalancedAllocation,
 # ImageLocality, NodeAffinity, TaintToleration, InterPodAffinity, PodTopologySpread) already score its candidates,
 # and adding ours to its sum would count each preference twice.
 KUBE_SCHEDULER_SCORES = frozenset({"balanced-allocation", "image-locality", "node-affinity", "taint-toleration",
-                                   "inter-pod-affinity", "pod-topology-spread"})
+                                   "inter-pod-affinity", "pod-topology-spread", "dynamic-resources"})
 
 assert MILLI == GPU_MILLI  # requests and devices share one unit

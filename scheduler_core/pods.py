@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
 from scheduler_core import fields, podaffinity, podgroups, predicates, quantity, requests, spread, volumes
+from scheduler_core.dra import claims as dra_claims
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -84,10 +85,6 @@ class PodFacts:
     problems: tuple[str, ...]  # why the pod cannot be scheduled whatever the nodes
     images: tuple[tuple[str, int], ...]  # (image, how many containers or image volumes use it), for ImageLocality
     containers: int  # containers and init containers, which scale ImageLocality's score
-    # Fields that constrain where the pod may run which the core does not evaluate yet (paths, e.g.
-    # `spec.resourceClaims`, a DRA claim): the standalone scheduler never binds such a pod, rather than
-    # bind it where kube-scheduler would not. In extender mode kube-scheduler evaluates them itself.
-    unsupported: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     pod_affinity: podaffinity.PodAffinity | None = None  # inter-pod affinity terms; None: it has none
     topology_spread: spread.TopologySpread | None = None  # topology spread constraints; None: it has none
@@ -101,6 +98,7 @@ class PodFacts:
     group: podgroups.GroupRef | None = None  # the pod group it is a member of (scheduler_core.podgroups)
     group_min_member: int | None = None  # of a group an admin's rule formed: the minMember the pod carries
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates' names: while any is left, the pod is not tried
+    resource_claims: tuple[dra_claims.PodClaim, ...] = ()  # spec.resourceClaims, resolved through the pod's status
 
     @property
     def namespace(self) -> str:
@@ -195,7 +193,6 @@ def parse(
         problems=tuple(problems),
         images=images_of(spec),
         containers=len(fields.sequence(spec.get("containers"))) + len(fields.sequence(spec.get("initContainers"))),
-        unsupported=unsupported_fields(spec),
         labels=labels,
         pod_affinity=pod_affinity,
         topology_spread=topology_spread,
@@ -209,6 +206,7 @@ def parse(
         group=group,
         group_min_member=group_min_member,
         scheduling_gates=scheduling_gates_of(spec),
+        resource_claims=dra_claims.pod_claims(spec, status),
     )
 
 
@@ -269,19 +267,6 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
         if len(name) <= MAX_IMAGE_NAME:
             found[name] = found.get(name, 0) + 1
     return tuple((sys.intern(name), uses) for name, uses in found.items())  # shared by the many pods of one image
-
-
-def unsupported_fields(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The paths of constraints in `spec` the core cannot evaluate yet (see PodFacts.unsupported)."""
-    return ("spec.resourceClaims",) if spec.get("resourceClaims") else ()
-
-
-def unsupported_reason(paths: tuple[str, ...]) -> str:
-    """Why the standalone scheduler leaves a pod with such fields pending, and what the user can do."""
-    listed = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    return (f"not scheduled: gpu-scheduler cannot evaluate {listed} yet, and kube-scheduler would honour "
-            f"{'it' if len(paths) == 1 else 'them'}; remove {'it' if len(paths) == 1 else 'them'}, or schedule "
-            "the pod with kube-scheduler and the gpu-scheduler extender (manifests/overlays/extender)")
 
 
 def parse_devices(text: object) -> tuple[Device, ...] | None:

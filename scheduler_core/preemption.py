@@ -424,7 +424,7 @@ def _shape(pod: PodFacts, budgets: Sequence[Budget]) -> Any:
     one shape have the same victims on a node in the same state. None when it cannot be a key."""
     shape = (pod.namespace, pod.priority, tuple(sorted(pod.requests.items())), pod.gpus, pod.gpu_milli, pod.model,
              pod.models, pod.min_gpu_memory_mib, pod.tolerations, tuple(sorted(pod.node_selector.items())),
-             pod.required_terms, pod.spot, pod.problems, pod.unsupported, tuple(budgets))
+             pod.required_terms, pod.spot, pod.problems, tuple(budgets))
     try:
         hash(shape)
     except TypeError:

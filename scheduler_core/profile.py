@@ -29,6 +29,8 @@ SCORE_PLUGINS: dict[str, int] = {
     "taint-toleration": 3,  # fewer untolerated PreferNoSchedule taints, as upstream
     "inter-pod-affinity": 2,  # preferred pod (anti-)affinity, and placed pods' affinity towards the pod, as upstream
     "pod-topology-spread": 2,  # ScheduleAnyway topology spread constraints, as upstream
+    "dynamic-resources": 1,  # DRA: nodes where a claim's earlier firstAvailable alternative fits, as upstream
+    "dra-devices": 1,  # DRA: binpack / spread across nodes by the share of their devices in use
     # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
     "random": 0,
     "bestfit": 0,

@@ -251,6 +251,24 @@ class WatchedCluster:
             self.storage_event(kind, "ADDED", obj, now=now)
         return Change(freed=True)
 
+    # --- dynamic resource allocation ------------------------------------------------------------------
+
+    def resource_event(self, kind: str, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:
+        """A ResourceSlice, DeviceClass or ResourceClaim (`kind`, one of dra.state.KINDS) added, changed or deleted
+        (`run` only): devices published or freed, a claim created for a pod, may let a waiting pod through."""
+        def update() -> Change:
+            self.cluster.dra.set(kind, obj, deleted=event == "DELETED")
+            return Change(freed=True)
+        return self._guarded(kind, obj, update)
+
+    def resources_relisted(self, kind: str, items: Iterable[Mapping[str, Any]], *,
+                           now: datetime.datetime) -> Change:
+        """Every object of `kind` as a list shows them. Pods with claims wait until every kind has listed once."""
+        self.cluster.dra.clear(kind)
+        for obj in items:
+            self.resource_event(kind, "ADDED", obj, now=now)
+        return Change(freed=True)
+
     # --- disruption budgets and nominations ---------------------------------------------------------
 
     def budget_event(self, event: str, obj: Mapping[str, Any], *, now: datetime.datetime) -> Change:

@@ -52,12 +52,14 @@ MODEL_EVENTS: dict[str, tuple[str | None, str]] = {
     "selectors": (None, "selectors_relisted"),
     "storage": (None, "storage_event"),
     "storages": (None, "storage_relisted"),
+    "resource": (None, "resource_event"),
+    "resources": (None, "resources_relisted"),
     "budget": ("PodDisruptionBudget", "budget_event"),
     "budgets": ("PodDisruptionBudget", "budgets_relisted"),
     "group": ("PodGroup", "group_event"),
     "groups": ("PodGroup", "groups_relisted"),
 }
-WAKES_WAITS = frozenset({"storage", "storages"})  # events after which waiting PreBinds are checked at once
+WAKES_WAITS = frozenset({"storage", "storages", "resource", "resources"})  # events after which waiting PreBinds are checked at once
 
 
 class LiveScheduler:

@@ -57,6 +57,7 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
+    "resourceclaim-controller",  # DRA: a claim per pod from its ResourceClaimTemplate; deallocation of unused claims
 )
 GPU_RESOURCE = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"

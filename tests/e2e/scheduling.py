@@ -3,6 +3,7 @@ API objects alone."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,58 @@ def overcommit_problems(core: Any) -> list[str]:
     """Every bound pod's GPUs and devices against its node, from the API objects alone."""
     nodes = {n["metadata"]["name"]: n for n in api_json(core.list_node)["items"]}
     return capacity_problems(api_json(core.list_pod_for_all_namespaces)["items"], nodes)
+
+
+@contextlib.contextmanager
+def ours_and_kube(plane: Any, kubeconfig: Path, work: Path, *, ours: str, kube: str, label: str) -> Iterator[None]:
+    """`gpu-scheduler run` serving schedulerName `ours` (its log attached to failure reports) and kube-scheduler
+    serving `kube`, side by side on the test control plane, for scenarios that must come out alike under both."""
+    from tests.e2e.conftest import LOG_SOURCES
+
+    config = work / "config.yaml"
+    config.write_text(f"schedulerName: {ours}\n")
+    run = start_scheduler(kubeconfig, work, "--config", str(config), name=f"{label}-run")
+    LOG_SOURCES.append(lambda: (f"gpu-scheduler run ({label})", run.logs()[-8000:]))
+    kube_scheduler = plane.start_scheduler(f"profiles: [{{schedulerName: {kube}}}]\n")
+    try:
+        yield
+    finally:
+        kube_scheduler.stop()
+        run.stop()
+
+
+def bound_node(core: Any, namespace: str, name: str, *, who: str, timeout: float = 60) -> str:
+    """The node the pod is bound to, once it is; on timeout the error quotes its PodScheduled message."""
+    from tests.e2e.installing import wait_for
+
+    found: dict[str, Any] = {}
+
+    def bound() -> bool:
+        pod = core.read_namespaced_pod(name, namespace)
+        found["node"] = pod.spec.node_name
+        found["why"] = next((c.message for c in pod.status.conditions or () if c.type == "PodScheduled"), None)
+        return bool(found["node"])
+    try:
+        wait_for(bound, f"{who}: pod {name} to be bound", timeout=timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; PodScheduled says {found.get('why')!r}") from None
+    return found["node"]
+
+
+def waiting_message(core: Any, namespace: str, name: str, reason: str = "", *, who: str, timeout: float = 30) -> str:
+    """The pod's PodScheduled=False message once it names `reason`; the pod must stay unbound meanwhile."""
+    from tests.e2e.installing import wait_for
+
+    found: dict[str, str] = {}
+
+    def says() -> bool:
+        pod = core.read_namespaced_pod(name, namespace)
+        assert not pod.spec.node_name, f"{who}: {name} was bound to {pod.spec.node_name}"
+        condition = next((c for c in pod.status.conditions or () if c.type == "PodScheduled"), None)
+        found["message"] = condition.message if condition is not None else ""
+        return condition is not None and condition.status == "False" and reason in (condition.message or "")
+    try:
+        wait_for(says, f"{who}: {name} to wait with {reason!r}", timeout=timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last message: {found.get('message')!r}") from None
+    return found["message"]

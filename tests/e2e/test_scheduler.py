@@ -171,15 +171,13 @@ def test_deletion_cost_is_raised_once_after_warm_up_and_a_users_own_cost_wins(ap
         installed_webhook.set_config(E2E_CONFIG)
 
 
-def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_which(api, scheduler):
-    """A DRA resource claim (beside a PersistentVolumeClaim, which the volume plugins evaluate), on the real
-    apiserver: not bound, PodScheduled=False naming the field, and a FailedScheduling event; a plain pod created
-    after it is bound meanwhile."""
+def test_a_pod_whose_resource_claim_does_not_exist_waits_and_says_which(api, scheduler):
+    """A DRA resource claim that was never created, on the real apiserver: not bound, PodScheduled=False naming
+    the claim as kube-scheduler's lister does, and a FailedScheduling event; a plain pod created after it is bound
+    meanwhile."""
     core: Any = client.CoreV1Api(api)
     ns = namespace(core)
     held = gpu_pod("with-claims")
-    held["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-    held["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
     held["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
     core.create_namespaced_pod(ns, held)
     core.create_namespaced_pod(ns, gpu_pod("plain"))
@@ -187,12 +185,12 @@ def test_a_pod_with_a_constraint_the_scheduler_cannot_evaluate_waits_and_says_wh
 
     def refused() -> Any:
         pod = core.read_namespaced_pod("with-claims", ns)
-        assert not pod.spec.node_name, "bound although the scheduler cannot evaluate its constraints"
-        return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        assert not pod.spec.node_name, "bound although its claim does not exist"
+        condition = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        return condition if condition and 'resourceclaim.resource.k8s.io "gpu" not found' in condition.message else None
 
-    condition = wait_for(refused, "PodScheduled=False on the pod it cannot evaluate")
+    condition = wait_for(refused, "PodScheduled=False naming the missing claim")
     assert (condition.status, condition.reason) == ("False", "Unschedulable")
-    assert condition.message == pods_core.unsupported_reason(("spec.resourceClaims",))
     wait_for(lambda: any(e.reason == "FailedScheduling" and e.involved_object.name == "with-claims"
                          for e in core.list_namespaced_event(ns).items), "a FailedScheduling event")
 

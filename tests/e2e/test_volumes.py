@@ -18,7 +18,7 @@ from kubernetes import client
 
 from tests.e2e import controlplane as cp
 from tests.e2e.installing import wait_for
-from tests.e2e.scheduling import start_scheduler
+from tests.e2e.scheduling import bound_node, ours_and_kube, waiting_message
 from tests.e2e.standins import Poller
 
 SUFFIX = uuid.uuid4().hex[:5]
@@ -119,33 +119,14 @@ class Scenario:
         return self.core.create_namespaced_persistent_volume_claim(self.namespace, body)
 
     def node_of(self, name: str, timeout: float = 60) -> str:
-        found: dict[str, str] = {}
-
-        def bound() -> bool:
-            node = self.core.read_namespaced_pod(name, self.namespace).spec.node_name
-            found["node"] = node
-            return bool(node)
-        wait_for(bound, f"{self.which}: pod {name} to be bound", timeout=timeout)
-        return found["node"]
+        return bound_node(self.core, self.namespace, name, who=self.which, timeout=timeout)
 
     def zone_of(self, node: str) -> str:
         return self.core.read_node(node).metadata.labels[ZONE]
 
     def waiting(self, name: str, reason: str, timeout: float = 30) -> str:
         """The pod's PodScheduled=False message once it names `reason`; the pod must still be unbound."""
-        found: dict[str, str] = {}
-
-        def says() -> bool:
-            pod = self.core.read_namespaced_pod(name, self.namespace)
-            assert not pod.spec.node_name, f"{self.which}: {name} was bound to {pod.spec.node_name}"
-            condition = next((c for c in pod.status.conditions or () if c.type == "PodScheduled"), None)
-            found["message"] = condition.message if condition is not None else ""
-            return condition is not None and condition.status == "False" and reason in (condition.message or "")
-        try:
-            wait_for(says, f"{self.which}: {name} to wait with {reason!r}", timeout=timeout)
-        except AssertionError as err:
-            raise AssertionError(f"{err}; last message: {found.get('message')!r}") from None
-        return found["message"]
+        return waiting_message(self.core, self.namespace, name, reason, who=self.which, timeout=timeout)
 
     def claim_bound(self, name: str) -> Any:
         def bound() -> bool:
@@ -168,19 +149,11 @@ def storage_classes(api: Any) -> None:
 def schedulers(plane: Any, api: Any, scheduler_kubeconfig: Path, storage_classes: None,
                tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Both schedulers, each with its own name, and the provisioner, for the whole module."""
-    from tests.e2e.conftest import LOG_SOURCES
-
-    work = tmp_path_factory.mktemp("volumes")
-    config = work / "config.yaml"
-    config.write_text(f"schedulerName: {SCHEDULERS['ours']}\n")
-    ours = start_scheduler(scheduler_kubeconfig, work, "--config", str(config), name="volumes-run")
-    LOG_SOURCES.append(lambda: ("gpu-scheduler run (volumes)", ours.logs()[-8000:]))
-    kube = plane.start_scheduler(f"profiles: [{{schedulerName: {SCHEDULERS['kube']}}}]\n")
-    provisioner = Provisioner(api).start()
-    yield provisioner
-    provisioner.stop()
-    kube.stop()
-    ours.stop()
+    with ours_and_kube(plane, scheduler_kubeconfig, tmp_path_factory.mktemp("volumes"), ours=SCHEDULERS["ours"],
+                       kube=SCHEDULERS["kube"], label="volumes"):
+        provisioner = Provisioner(api).start()
+        yield provisioner
+        provisioner.stop()
 
 
 @pytest.fixture(scope="module")

@@ -166,7 +166,9 @@ def test_the_standalone_scheduler_may_list_and_watch_all_it_watches():
                ("storage.k8s.io", "csistoragecapacities"), ("storage.k8s.io", "volumeattachments")}
     groups = {("scheduling.x-k8s.io", "podgroups"), ("scheduling.k8s.io", "podgroups"),
               ("scheduling.volcano.sh", "podgroups")}
-    assert selectors | storage | groups | {("policy", "poddisruptionbudgets")} <= watched
+    dra = {("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
+           ("resource.k8s.io", "resourceclaims")}
+    assert selectors | storage | groups | dra | {("policy", "poddisruptionbudgets")} <= watched
     assert watched <= _granted(COMPONENTS / "scheduler" / "rbac.yaml")
 
 
@@ -188,7 +190,8 @@ def _watched(reflectors):
     """(API group, resource) of what each reflector lists and watches, from its list call."""
     from kubernetes import client
 
-    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy"}
+    groups = {client.AppsV1Api: "apps", client.StorageV1Api: "storage.k8s.io", client.PolicyV1Api: "policy",
+              client.ResourceV1Api: "resource.k8s.io"}
     calls = [reflector._list_call for reflector in reflectors]
     custom = {(call.args[0], call.args[2]) for call in calls if isinstance(call, functools.partial)}  # group, plural
     return custom | {(groups.get(type(call.__self__), ""),

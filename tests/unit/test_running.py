@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_scheduler import rawapi
 from gpu_scheduler.runtime import running, standalone
-from scheduler_core import pods, watched
+from scheduler_core import watched
 from tests.unit.builders import node, pod
 from webhook import config
 
@@ -446,11 +446,11 @@ def test_a_pod_no_node_was_looked_at_for_is_told_why_without_a_word_of_preemptio
     live = scheduler
     live._handle(("node", "ADDED", node("a", gpus=1)))
     held = prioritized(pending("held", gpus=1), 100)
-    held["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+    held["metadata"].setdefault("annotations", {})["gpu-scheduler.io/gpu-milli"] = "half"
     live._handle(("pod", "ADDED", held))
     before = running.metrics.PREEMPTION_ATTEMPTS._value.get()
     live._schedule("uid-held")
     live.reporter.submit(lambda: None).result(timeout=5)
     message = next(body["status"]["conditions"][0]["message"] for body in writes if "status" in body)
-    assert message == pods.unsupported_reason(("spec.resourceClaims",))
+    assert message == "; ".join(live.model.pending["uid-held"].facts.problems) and "gpu-milli" in message
     assert running.metrics.PREEMPTION_ATTEMPTS._value.get() == before

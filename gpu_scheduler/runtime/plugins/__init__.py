@@ -5,13 +5,14 @@ new module here and one entry in `ALL` (the table in ARCHITECTURE.md says which 
 
 from __future__ import annotations
 
-from gpu_scheduler.runtime.plugins import gangs, gates, preemption, volumes, warmup
+from gpu_scheduler.runtime.plugins import dra, gangs, gates, preemption, volumes, warmup
 
 ALL = (
     gates.SchedulingGates,  # PreEnqueue
     preemption.DefaultPreemption,  # PreEnqueue, PostFilter
     gangs.Gangs,  # PodGroup, PostFilter for a gang, Permit, Unreserve, tick (the gang's deadline)
     volumes.VolumeBinding,  # Reserve, PreBind (write, then wait for the claims), Unreserve
+    dra.DynamicResources,  # Reserve, PreBind (allocate and reserve the claims; wait for binding conditions), Unreserve
     warmup.WarmUp,  # tick (deletion-cost warm-up)
 )
 

@@ -67,7 +67,7 @@ class DefaultPreemption(Plugin):
         model = handle.model
         facts = dataclasses.replace(pending.facts, nominated_node=model.nominated.get(pending.uid)
                                     or pending.facts.nominated_node)
-        if facts.problems or facts.unsupported:  # no node was looked at: nothing for preemption to weigh
+        if facts.problems:  # no node was looked at: nothing for preemption to weigh
             return False
         metrics.PREEMPTION_ATTEMPTS.inc()
         outcome = handle.preemptor.preempt(facts, list(model.budgets.values()),

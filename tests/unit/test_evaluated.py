@@ -1,6 +1,6 @@
-"""Constraints the core cannot evaluate yet: the standalone scheduler leaves such a pod pending, naming the
-field, rather than bind it where kube-scheduler would not; the extender, behind kube-scheduler, which has
-evaluated them, is not held back by them."""
+"""What the core evaluates, and what it leaves to kube-scheduler behind the extender: volumes and DRA claims wait
+until their objects are listed, then are judged by their plugins; behind kube-scheduler, which has evaluated them,
+they hold no pod back; preferences never make a pod wait."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import pods, volumes
+from scheduler_core import volumes
+from scheduler_core.dra import state as dra_state
 from tests.unit.builders import facts, node, pod, scheduler
 
 TERM = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
@@ -27,21 +28,18 @@ def sidecar(restart: str | None) -> dict[str, Any]:
     return with_spec(initContainers=[container])
 
 
-UNSUPPORTED = [
-    (with_spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu"}]), ["spec.resourceClaims"]),
-]
+RESOURCE_CLAIMS = with_spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu"}])
 CLAIMS = with_spec(volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {
     "claimName": "data"}}, {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}}])
 
 
-@pytest.mark.parametrize(("obj", "paths"), UNSUPPORTED)
-def test_the_standalone_scheduler_never_binds_a_pod_with_a_constraint_it_cannot_evaluate(obj, paths):
-    decision = scheduler(node("a")).decide(facts(obj))
-    assert decision.node is None
-    assert decision.reason == pods.unsupported_reason(tuple(paths))
-    for path in paths:
-        assert path in decision.reason
-    assert "manifests/overlays/extender" in decision.reason
+def test_a_pod_with_resource_claims_waits_until_the_dra_objects_are_listed_then_for_its_claim():
+    framework = scheduler(node("a"))
+    assert "DRA objects" in (framework.decide(facts(RESOURCE_CLAIMS)).reason or "")
+    for kind in dra_state.KINDS:
+        framework.cluster.dra.clear(kind)
+    assert framework.decide(facts(RESOURCE_CLAIMS)).reason == (
+        '0/1 nodes are available: resourceclaim.resource.k8s.io "gpu" not found.')
 
 
 def test_a_pod_with_claims_waits_until_the_storage_objects_are_listed_then_is_judged_by_the_volume_plugins():
@@ -52,7 +50,7 @@ def test_a_pod_with_claims_waits_until_the_storage_objects_are_listed_then_is_ju
     assert framework.decide(facts(CLAIMS)).reason == '0/1 nodes are available: persistentvolumeclaim "data" not found.'
 
 
-@pytest.mark.parametrize("obj", [obj for obj, _ in UNSUPPORTED] + [CLAIMS])
+@pytest.mark.parametrize("obj", [RESOURCE_CLAIMS, CLAIMS])
 def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj):
     feasible, failed, _ = scheduler(node("a")).evaluate(facts(obj), ["a"])
     assert feasible == ["a"] and failed == {}
@@ -72,9 +70,3 @@ def test_behind_kube_scheduler_those_constraints_were_evaluated_already(obj):
 def test_preferences_and_what_the_core_evaluates_do_not_hold_a_pod_back(obj):
     """kube-scheduler, too, may bind such a pod on any node its filters pass, whatever it scores."""
     assert scheduler(node("a")).decide(facts(obj)).node == "a"
-
-
-def test_many_fields_are_named_up_to_five_then_counted():
-    paths = tuple(f"spec.resourceClaims[{i}]" for i in range(7))
-    reason = pods.unsupported_reason(paths)
-    assert "spec.resourceClaims[4] and 2 more" in reason and "[5]" not in reason

@@ -1,0 +1,7 @@
+"""Dynamic Resource Allocation (resource.k8s.io/v1): devices published in ResourceSlices, claimed by pods through
+ResourceClaims, allocated as kube-scheduler v1.36.3 allocates them.
+
+`slices` reads ResourceSlices, `pools` gathers the pools a node can use, `claims` reads claims and DeviceClasses,
+`cel` evaluates their selectors, `capacity` is consumable capacity, `allocator` finds the devices, and `state`
+keeps the watched objects and what our own decisions assumed of them.
+"""

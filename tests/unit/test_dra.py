@@ -1,0 +1,251 @@
+"""DRA claims through the core: a pod's claims resolved and checked (PreFilter), allocated per node (Filter) with our
+device order and the pod's GPU annotations, the decision's allocations, and what the model assumes until the
+claims' status shows them. Upstream's allocator table is in test_upstream_dra_allocator.py."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_core import nodes, profile
+from scheduler_core.dra import cel, state
+from tests.unit.builders import facts, node, pod, scheduler
+
+DRIVER = "gpu.nvidia.com"
+CLASS_SELECTOR = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+
+
+def gpu_slice(node_name: str, *, count: int = 8, product: str = "NVIDIA A100-SXM4-40GB", memory: str = "40Gi",
+              generation: int = 1, slice_count: int = 1, tainted: tuple[int, ...] = ()) -> dict[str, Any]:
+    devices = []
+    for index in range(count):
+        device: dict[str, Any] = {
+            "name": f"gpu-{index}", "capacity": {"memory": {"value": memory}},
+            "attributes": {"type": {"string": "gpu"}, "productName": {"string": product},
+                           "uuid": {"string": f"GPU-{node_name}-{index}"},
+                           "cudaComputeCapability": {"version": "8.0.0"},
+                           "resource.kubernetes.io/pcieRoot": {"string": f"pci{index // 4}"}}}
+        if index in tainted:
+            device["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+        devices.append(device)
+    return {"metadata": {"name": f"{node_name}-gpus", "uid": f"uid-{node_name}"},
+            "spec": {"driver": DRIVER, "nodeName": node_name, "devices": devices,
+                     "pool": {"name": node_name, "generation": generation, "resourceSliceCount": slice_count}}}
+
+
+def claim(name: str, count: int = 1, *, selector: str | None = None, owner: str | None = None,
+          match_root: bool = False, allocation: dict[str, Any] | None = None,
+          reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DRIVER, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    meta: dict[str, Any] = {"namespace": "ns", "name": name, "uid": f"claim-{name}"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner, "controller": True}]
+    devices: dict[str, Any] = {"requests": [{"name": "gpus", "exactly": exactly}]}
+    if match_root:
+        devices["constraints"] = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    status: dict[str, Any] = {}
+    if allocation:
+        status["allocation"] = allocation
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": u, "uid": u} for u in reserved]
+    return {"metadata": meta, "spec": {"devices": devices}, "status": status}
+
+
+def claiming(name: str, claim_name: str, *, template: bool = False, **kwargs: Any) -> dict[str, Any]:
+    obj = pod(name, **kwargs)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if template:
+        obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "t"}]
+        obj["status"] = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": claim_name}]}
+    else:
+        obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
+    return obj
+
+
+def cluster(*names: str, gpu_policy: str = "binpack", **slice_args: Any) -> Any:
+    framework = scheduler(*(node(n, gpus=0) for n in names),
+                          scheduling=profile.Scheduling(gpu_policy=gpu_policy))  # type: ignore[arg-type]
+    resources = framework.cluster.dra
+    for kind in state.KINDS:
+        resources.clear(kind)
+    resources.set("DeviceClass", {"metadata": {"name": DRIVER},
+                                  "spec": {"selectors": [{"cel": {"expression": CLASS_SELECTOR}}]}})
+    for name in names:
+        resources.set("ResourceSlice", gpu_slice(name, **slice_args))
+    return framework
+
+
+def devices_of(decision: Any) -> list[str]:
+    return [r["device"] for _, allocation in decision.claim_allocations for r in allocation["devices"]["results"]]
+
+
+def test_a_pod_waits_until_the_dra_objects_are_listed():
+    framework = scheduler(node("a", gpus=0))
+    framework.cluster.dra.set("ResourceClaim", claim("c"))
+    assert "DRA objects" in (framework.decide(facts(claiming("p", "c"))).reason or "")
+
+
+def test_a_template_claim_is_allocated_on_a_node_with_devices_and_the_decision_carries_it():
+    framework = cluster("a")
+    framework.cluster.dra.set("ResourceClaim", claim("c", 2, owner="uid-p"))
+    decision = framework.decide(facts(claiming("p", "c", template=True)))
+    assert decision.node == "a" and devices_of(decision) == ["gpu-0", "gpu-1"]
+    (key, allocation), = decision.claim_allocations
+    assert key == ("ns", "c")
+    assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["a"]
+
+
+def test_the_claim_of_a_template_must_be_the_pods_own():
+    framework = cluster("a")
+    framework.cluster.dra.set("ResourceClaim", claim("c", owner="someone-else"))
+    assert framework.decide(facts(claiming("p", "c", template=True))).reason == (
+        "0/1 nodes are available: ResourceClaim ns/c was not created for Pod ns/p (Pod is not owner).")
+
+
+def test_a_template_claim_not_made_yet_makes_the_pod_wait_with_upstreams_words():
+    framework = cluster("a")
+    obj = claiming("p", "c", template=True)
+    obj["status"] = {}
+    assert framework.decide(facts(obj)).reason == (
+        '0/1 nodes are available: pod "ns/p": ResourceClaim not created yet.')
+
+
+def test_a_claim_too_large_for_any_node_is_reported_per_node():
+    framework = cluster("a", "b", count=4)
+    framework.cluster.dra.set("ResourceClaim", claim("c", 5))
+    assert framework.decide(facts(claiming("p", "c"))).reason == (
+        "0/2 nodes are available: 2 cannot allocate all claims.")
+
+
+def test_an_allocated_claim_brings_the_pod_to_its_node():
+    framework = cluster("a", "b")
+    allocation = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "b", "device": "gpu-0"}]},
+                  "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                      {"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}
+    framework.cluster.dra.set("ResourceClaim", claim("c", allocation=allocation, reserved=("other",)))
+    decision = framework.decide(facts(claiming("p", "c")))
+    assert decision.node == "b" and decision.claim_allocations == ()
+
+
+def test_an_allocation_in_flight_for_another_pod_makes_the_pod_wait():
+    framework = cluster("a")
+    framework.cluster.dra.set("ResourceClaim", claim("c"))
+    first = framework.place(facts(claiming("p", "c")))
+    assert first.node == "a"
+    assert framework.decide(facts(claiming("q", "c"))).reason == (
+        "0/1 nodes are available: resource claim ns/c is in the process of being allocated.")
+
+
+def test_devices_assumed_for_one_claim_are_not_given_to_the_next():
+    framework = cluster("a", count=2)
+    for name in ("c1", "c2", "c3"):
+        framework.cluster.dra.set("ResourceClaim", claim(name))
+    assert devices_of(framework.place(facts(claiming("p1", "c1")))) == ["gpu-0"]
+    assert devices_of(framework.place(facts(claiming("p2", "c2")))) == ["gpu-1"]
+    assert framework.decide(facts(claiming("p3", "c3"))).node is None
+
+
+def test_a_tainted_gpu_is_not_allocated():
+    framework = cluster("a", count=4, tainted=(0,))
+    framework.cluster.dra.set("ResourceClaim", claim("c", 3))
+    assert devices_of(framework.decide(facts(claiming("p", "c")))) == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_a_selector_that_fails_makes_the_pod_wait_naming_the_expression_and_the_error():
+    framework = cluster("a", "b")
+    framework.cluster.dra.set("ResourceClaim", claim("bad", selector=f"device.attributes['{DRIVER}'].nope == 1"))
+    framework.cluster.dra.set("ResourceClaim", claim("good"))
+    reason = framework.decide(facts(claiming("p", "bad"))).reason or ""
+    assert "claim ns/bad: selector #0: CEL runtime error" in reason and "nope" in reason, reason
+    assert framework.decide(facts(claiming("q", "good"))).node == "a"
+
+
+def test_the_pods_gpu_annotations_limit_the_devices_and_say_so():
+    framework = cluster("a")
+    framework.cluster.dra.set("ResourceSlice", gpu_slice("h", product="NVIDIA H100 80GB HBM3", memory="80Gi"))
+    framework.cluster.set_node(nodes.parse(node("h", gpus=0)))
+    framework.cluster.dra.set("ResourceClaim", claim("c"))
+    decision = framework.decide(facts(claiming("p", "c", model="H100")))
+    assert decision.node == "h"
+    framework.cluster.dra.set("ResourceClaim", claim("d"))
+    reason = framework.decide(facts(claiming("q", "d", memory_mib=100_000))).reason
+    assert reason == ("0/2 nodes are available: 2 cannot allocate all claims (GPUs limited by the pod's annotations "
+                      "to at least 100000 MiB).")
+
+
+def test_binpack_takes_a_gpu_of_a_broken_pcie_root_so_a_whole_root_stays_free():
+    """gpu-5 is in use: upstream's first fit would take gpu-0 and leave no root of four; ours takes gpu-4."""
+    framework = cluster("a")
+    resources = framework.cluster.dra
+    held = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "a", "device": "gpu-5"}]}}
+    resources.set("ResourceClaim", claim("held", allocation=held, reserved=("x",)))
+    resources.set("ResourceClaim", claim("small"))
+    assert devices_of(framework.place(facts(claiming("p", "small")))) == ["gpu-4"]
+    resources.set("ResourceClaim", claim("four", 4, match_root=True))
+    assert devices_of(framework.decide(facts(claiming("q", "four")))) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_spread_takes_the_emptiest_root():
+    framework = cluster("a", gpu_policy="spread")
+    resources = framework.cluster.dra
+    held = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "a", "device": "gpu-0"}]}}
+    resources.set("ResourceClaim", claim("held", allocation=held, reserved=("x",)))
+    resources.set("ResourceClaim", claim("small"))
+    assert devices_of(framework.decide(facts(claiming("p", "small")))) == ["gpu-4"]
+
+
+def test_an_incomplete_pool_gives_nothing():
+    framework = cluster("a", slice_count=2)
+    framework.cluster.dra.set("ResourceClaim", claim("c"))
+    assert framework.decide(facts(claiming("p", "c"))).reason == (
+        "0/1 nodes are available: 1 cannot allocate all claims.")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_random_claims_never_share_a_device_and_every_device_meets_its_selector(seed):
+    rng = random.Random(seed)
+    names = [f"n{i}" for i in range(rng.randint(1, 3))]
+    framework = cluster(*names, count=rng.choice([2, 4, 8]), tainted=tuple(rng.sample(range(2), rng.randint(0, 1))))
+    resources = framework.cluster.dra
+    taken: set[tuple[str, str]] = set()
+    for index in range(rng.randint(1, 12)):
+        selector = rng.choice([None, f"device.attributes['{DRIVER}'].uuid.endsWith('-1')",
+                               f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0"])
+        resources.set("ResourceClaim", claim(f"c{index}", rng.randint(1, 4), selector=selector,
+                                             match_root=rng.random() < 0.3))
+        decision = framework.place(facts(claiming(f"p{index}", f"c{index}")))
+        for _, allocation in decision.claim_allocations:
+            for result in allocation["devices"]["results"]:
+                device = (result["pool"], result["device"])
+                assert device not in taken
+                taken.add(device)
+                found = next(d for s in resources.slices.values() for d in s.devices
+                             if (d.pool, d.name) == device)
+                assert not found.taints
+                assert cel.compile_selector(CLASS_SELECTOR).matches(found)
+                if selector:
+                    assert cel.compile_selector(selector).matches(found)
+
+
+def test_a_gang_is_whole_only_if_every_members_claims_fit_at_once():
+    """Two 4-GPU nodes: two members asking four GPUs each are placed together, on both nodes (not twice on the
+    first); a third member makes the gang wait, as its claim fits nowhere once the others hold their devices."""
+    from scheduler_core import gangs, podgroups
+
+    ref = podgroups.GroupRef(podgroups.COSCHEDULING, "ns", "job")
+    framework = cluster("a", "b", count=4)
+    members = []
+    for index in range(3):
+        framework.cluster.dra.set("ResourceClaim", claim(f"c{index}", 4))
+        members.append(facts(claiming(f"m{index}", f"c{index}", labels={podgroups.COSCHEDULING_LABEL: "job"})))
+    decision = gangs.place(framework, podgroups.PodGroup(ref, 2, True, 60, {}), members[:2])
+    assert sorted(placement.node for _, placement in decision.placements) == ["a", "b"]
+    assert framework.cluster.dra.assumed == {}  # the trial took its assumptions back
+    whole = gangs.place(framework, podgroups.PodGroup(ref, 3, True, 60, {}), members)
+    assert whole.reason is not None and "2/3 members fit" in whole.reason, whole.reason
