@@ -19,7 +19,6 @@ import numpy as np
 
 from scheduler_core import podaffinity, predicates, spread, volumes, workloads
 from scheduler_core.dra import allocator as dra_allocator
-from scheduler_core.dra import policy as dra_policy
 from scheduler_core.dra import state as dra_state
 from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
@@ -340,17 +339,17 @@ def dynamic_resources(cycle: Cycle) -> Failures:
     alive = cycle.extras.get("alive")
     rows = np.flatnonzero(alive if alive is not None else cycle.cluster.present[: cycle.rows])
     resources, facts, pod = cycle.cluster.dra, cycle.cluster.facts, cycle.pod
-    order = dra_policy.order(cycle.gpu_policy, resources.snapshot().allocated)
-    admit = dra_policy.admits(pod.models, pod.min_gpu_memory_mib)
+    limited = bool(pod.models or pod.min_gpu_memory_mib)
     for row in rows.tolist():
         node = facts[row]
         if row in outcomes or node is None:
             continue
         try:
-            outcome = resources.filter(node, prepared, order=order, admit=admit)
+            outcome = resources.filter(node, prepared, gpu_policy=cycle.gpu_policy, models=pod.models,
+                                       min_memory_mib=pod.min_gpu_memory_mib)
         except dra_allocator.AllocationError as err:
             outcome = str(err)
-        if outcome == dra_state.CANNOT_ALLOCATE and admit is not None:
+        if outcome == dra_state.CANNOT_ALLOCATE and limited:
             outcome = f"{outcome} ({_annotated_gpus(pod)})"
         outcomes[row] = outcome
     failures: dict[str, np.ndarray] = {}
@@ -712,12 +711,11 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     if not outcomes:
         return scores
     resources = cycle.cluster.dra
-    made = resources.snapshot()
     for position, row in enumerate(rows.tolist()):
         outcome, facts = outcomes.get(row), cycle.cluster.facts[row]
         if not isinstance(outcome, list) or not outcome or facts is None:
             continue
-        total, in_use = made.devices_on(facts)
+        total, in_use = resources.devices_on(facts)
         if total:
             share = min(in_use + dra_allocator.devices_in(outcome), total) / total
             scores[position] = 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
@@ -729,7 +727,7 @@ def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     allocated scores higher (8 - its index, summed), normalised to 0..100 over the candidates."""
     outcomes, prepared = cycle.extras.get("dra-outcomes"), cycle.extras.get("dra")
     raw = np.zeros(rows.size)
-    if not outcomes or prepared is None:
+    if not outcomes or prepared is None or not any(any(r.claim.prioritized) for r in prepared.records):
         return raw
     already = sum(dra_allocator.alternative_score(record.claim, record.allocation or {})
                   for record in prepared.records if record.allocation is not None)

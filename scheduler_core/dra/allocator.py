@@ -168,14 +168,17 @@ class Allocator:
     of that snapshot. Selector verdicts are cached per device and expression, as devices do not change within
     a snapshot."""
 
-    def __init__(self, classes: Mapping[str, DeviceClass], all_slices: Sequence[Slice], allocated: Allocated,
-                 *, features: Features = Features(),
-                 verdicts: MutableMapping[Device, dict[str, bool | cel.SelectorError]] | None = None) -> None:
+    def __init__(self, classes: Mapping[str, DeviceClass], all_slices: Sequence[Slice] | pools.SliceIndex,
+                 allocated: Allocated, *, features: Features = Features(),
+                 verdicts: MutableMapping[Device, dict[str, bool | cel.SelectorError]] | None = None,
+                 pools_kept: dict[str, tuple[NodeLike, list[pools.Pool]]] | None = None) -> None:
         self.classes = classes
-        self.slices = list(all_slices)
+        self.index = all_slices if isinstance(all_slices, pools.SliceIndex) else pools.SliceIndex(all_slices)
         self.allocated = allocated
         self.features = features
-        self._pools: dict[str, list[pools.Pool]] = {}
+        # a node's pools, while its facts object is the same (pools_kept may outlive this snapshot: the caller
+        # drops it when the slices change)
+        self._pools: dict[str, tuple[NodeLike, list[pools.Pool]]] = pools_kept if pools_kept is not None else {}
         # selector verdicts per device object: a device never changes (a changed slice is new objects), so this may
         # be shared by the allocators of successive snapshots (state.Resources does)
         self._verdicts = verdicts if verdicts is not None else weakref.WeakKeyDictionary()
@@ -183,9 +186,11 @@ class Allocator:
         self._device_counts: dict[str, tuple[int, int]] = {}
 
     def pools_for(self, node: NodeLike) -> list[pools.Pool]:
-        found = self._pools.get(node.name)
-        if found is None:
-            found = self._pools[node.name] = pools.for_node(node, self.slices, partitionable=self.features.partitionable)
+        kept = self._pools.get(node.name)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        found = pools.for_node(node, self.index, partitionable=self.features.partitionable)
+        self._pools[node.name] = (node, found)
         return found
 
     def allocate(self, node: NodeLike, to_allocate: Sequence[Claim], *, order: Order | None = None,

@@ -13,7 +13,7 @@ upstream takes are the ones we would take in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -36,13 +36,30 @@ class Pool:
         return f"{self.driver}/{self.name}"
 
 
-def for_node(node: NodeLike, all_slices: Sequence[Slice], *, partitionable: bool = True) -> list[Pool]:
+class SliceIndex:
+    """The slices by the node they name, and those that name none (or publish counters), as upstream's allocator
+    splits them, so gathering one node's pools reads its own slices and the shared ones, not every slice."""
+
+    def __init__(self, all_slices: Iterable[Slice]) -> None:
+        self.all = list(all_slices)
+        self.by_node: dict[str, list[Slice]] = {}
+        self.shared: list[Slice] = []
+        for member in self.all:
+            if member.reach.node_name and not member.counter_sets:
+                self.by_node.setdefault(member.reach.node_name, []).append(member)
+            else:
+                self.shared.append(member)
+
+    def near(self, node_name: str) -> list[Slice]:
+        return self.by_node.get(node_name, []) + self.shared
+
+
+def for_node(node: NodeLike, index: SliceIndex, *, partitionable: bool = True) -> list[Pool]:
     """The pools whose devices `node` may use. Raises slices.SelectionError for a node selector that does not
     parse (upstream fails the allocation on that node)."""
+    all_slices = index.all
     by_pool: dict[tuple[str, str], list[Slice]] = {}
-    for candidate in all_slices:
-        if candidate.reach.node_name and candidate.reach.node_name != node.name and not candidate.counter_sets:
-            continue
+    for candidate in index.near(node.name):
         if not partitionable and (candidate.per_device_node_selection or candidate.counter_sets):
             continue
         if candidate.counter_sets:

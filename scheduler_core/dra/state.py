@@ -11,13 +11,14 @@ The messages are upstream's (dynamicresources.go, resourceclaim.go), so users re
 
 from __future__ import annotations
 
+import json
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core import fields, predicates
-from scheduler_core.dra import allocator, claims, slices
+from scheduler_core.dra import allocator, claims, policy, pools, slices
 from scheduler_core.dra.slices import NodeLike
 
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim")
@@ -62,13 +63,21 @@ class Prepared:
     records: tuple[ClaimRecord, ...]
     selectors: tuple[tuple[predicates.Term, ...] | None, ...]  # allocation.nodeSelector per record
     to_allocate: tuple[int, ...]  # indices into records
+    signature: str = ""  # the specs of the claims to allocate: pods of one template share their outcomes
 
     def allocation_needed(self) -> bool:
         return bool(self.to_allocate)
 
 
 class Resources:
-    """ResourceSlices, DeviceClasses and ResourceClaims as watched, with our assumed allocations."""
+    """ResourceSlices, DeviceClasses and ResourceClaims as watched, with our assumed allocations.
+
+    What the allocator needs is kept up to date as objects change, not rebuilt per decision: the devices in use
+    (`used`, from every claim's allocation or our assumption of it), a version per pool that moves when a device of
+    it is taken or freed, and the slices indexed by node. A node's Filter outcome for a set of claims is kept
+    until a pool it reaches (or the slices, or the classes) changes: the pods of one template ask the same of
+    every node, and only the node the last pod went to has changed since.
+    """
 
     def __init__(self) -> None:
         self.slices: dict[str, slices.Slice] = {}  # by uid (name when none)
@@ -76,9 +85,16 @@ class Resources:
         self.claims: dict[tuple[str, str], ClaimRecord] = {}
         self.assumed: dict[tuple[str, str], Mapping[str, Any]] = {}  # claim key -> allocation in flight
         self.listed: set[str] = set()
-        self.version = 0
+        self.version = 0  # any change
+        self.used = allocator.Allocated()
+        self.pool_versions: dict[tuple[str, str], int] = {}
+        self._slices_version = 0  # slices or classes changed: every kept pool and outcome is void
+        self._index: tuple[int, pools.SliceIndex] | None = None
         self._allocator: tuple[int, allocator.Allocator] | None = None
         self._verdicts: weakref.WeakKeyDictionary[slices.Device, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._pools: dict[str, tuple[NodeLike, list[pools.Pool]]] = {}
+        self._outcomes: dict[tuple[str, Any], tuple[Any, list[dict[str, Any]] | str]] = {}
+        self._counts: dict[str, tuple[Any, tuple[int, int]]] = {}
 
     # --- taking objects in
 
@@ -96,13 +112,16 @@ class Resources:
                 self.slices.pop(key, None)
             else:
                 self.slices[key] = slices.parse(obj)
+            self._slices_changed()
         elif kind == "DeviceClass":
             if deleted:
                 self.classes.pop(name, None)
             else:
                 self.classes[name] = claims.parse_class(obj)
+            self._slices_changed()
         elif kind == "ResourceClaim":
             claim_key = (str(meta.get("namespace") or "default"), name)
+            before = self._counted(claim_key)
             if deleted:
                 self.claims.pop(claim_key, None)
                 self.assumed.pop(claim_key, None)
@@ -111,45 +130,70 @@ class Resources:
                 self.claims[claim_key] = record
                 if record.allocation is not None:
                     self.assumed.pop(claim_key, None)  # the watch shows it allocated: newer than our assumption
+            self._recount(before, self._counted(claim_key))
         self.version += 1
 
     def clear(self, kind: str) -> None:
         """Before a relist of `kind`: everything of it is forgotten (our assumptions stay)."""
         if kind == "ResourceSlice":
             self.slices.clear()
+            self._slices_changed()
         elif kind == "DeviceClass":
             self.classes.clear()
+            self._slices_changed()
         elif kind == "ResourceClaim":
-            self.claims.clear()
+            for claim_key in list(self.claims):
+                before = self._counted(claim_key)
+                del self.claims[claim_key]
+                self._recount(before, self._counted(claim_key))
         self.listed.add(kind)
         self.version += 1
 
     def assume(self, claim_key: tuple[str, str], allocation: Mapping[str, Any]) -> None:
+        before = self._counted(claim_key)
         self.assumed[claim_key] = allocation
+        self._recount(before, self._counted(claim_key))
         self.version += 1
 
     def forget(self, claim_key: tuple[str, str]) -> None:
-        if self.assumed.pop(claim_key, None) is not None:
+        if claim_key in self.assumed:
+            before = self._counted(claim_key)
+            del self.assumed[claim_key]
+            self._recount(before, self._counted(claim_key))
             self.version += 1
+
+    def _counted(self, claim_key: tuple[str, str]) -> Mapping[str, Any] | None:
+        """The allocation of a claim that holds devices: the watched one, else ours in flight."""
+        record = self.claims.get(claim_key)
+        return (record.allocation if record is not None else None) or self.assumed.get(claim_key)
+
+    def _recount(self, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> None:
+        if before is after:
+            return
+        for allocation, change in ((before, self.used.remove), (after, self.used.add)):
+            if allocation is not None:
+                change(allocation)
+                for device_id, _, _ in allocator.results_in(allocation):
+                    pool = (device_id[0], device_id[1])
+                    self.pool_versions[pool] = self.pool_versions.get(pool, 0) + 1
+
+    def _slices_changed(self) -> None:
+        self._slices_version += 1
+        self._index = None
+        self._pools.clear()
+        self._outcomes.clear()
+        self._counts.clear()
 
     # --- deciding
 
-    def allocated(self) -> allocator.Allocated:
-        used = allocator.Allocated()
-        for claim_key, record in self.claims.items():
-            allocation = record.allocation or self.assumed.get(claim_key)
-            if allocation is not None:
-                used.add(allocation)
-        for claim_key, allocation in self.assumed.items():
-            if claim_key not in self.claims:
-                used.add(allocation)
-        return used
-
     def snapshot(self) -> allocator.Allocator:
-        """An allocator over the current objects, made again only after a change."""
+        """An allocator over the current objects, made again only after a change (cheaply: the slice index, the
+        nodes' pools and the selector verdicts carry over)."""
         if self._allocator is None or self._allocator[0] != self.version:
-            made = allocator.Allocator(self.classes, list(self.slices.values()), self.allocated(),
-                                       verdicts=self._verdicts)
+            if self._index is None:
+                self._index = (self._slices_version, pools.SliceIndex(self.slices.values()))
+            made = allocator.Allocator(self.classes, self._index[1], self.used, verdicts=self._verdicts,
+                                       pools_kept=self._pools)
             self._allocator = (self.version, made)
         return self._allocator[1]
 
@@ -187,7 +231,8 @@ class Resources:
             records.append(record)
             selectors.append(predicates.parse_terms(fields.mapping(selector).get("nodeSelectorTerms"))
                              if selector is not None else None)
-        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate))
+        signature = json.dumps([records[i].obj.get("spec") for i in to_allocate], sort_keys=True, default=str)
+        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature)
 
     def _classes_problem(self, claim: claims.Claim) -> str | None:
         for alternatives in claim.requests:
@@ -198,24 +243,64 @@ class Resources:
                     return f"request {request.full_name}: device class {request.class_name} does not exist"
         return None
 
-    def filter(self, node: NodeLike, prepared: Prepared, *, order: allocator.Order | None = None,
-               admit: Callable[[slices.Device], bool] | None = None) -> list[dict[str, Any]] | str:
+    def filter(self, node: NodeLike, prepared: Prepared, *, gpu_policy: str | None = None,
+               models: tuple[frozenset[str], ...] = (), min_memory_mib: int | None = None) -> list[dict[str, Any]] | str:
         """Upstream's Filter on one node: the allocations of the claims to allocate (in `to_allocate` order), or
-        the reason the node is rejected. Raises allocator.AllocationError when the claims cannot be allocated
-        anywhere (the pod waits with that message)."""
+        the reason the node is rejected. With `gpu_policy`, devices are tried in our order (policy.order); the
+        pod's GPU annotations (`models`, `min_memory_mib`) limit the GPUs. Raises allocator.AllocationError when
+        the claims cannot be allocated anywhere (the pod waits with that message)."""
         for selector in prepared.selectors:
             if selector is not None and not any(t.matches(node.labels, node.name) for t in selector):
                 return NOT_AVAILABLE
         if not prepared.to_allocate:
             return []
+        made = self.snapshot()
+        key = (node.name, (prepared.signature, gpu_policy, models, min_memory_mib))
+        stamp = self._stamp(made, node)
+        kept = self._outcomes.get(key)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
         wanted = [prepared.records[i].claim for i in prepared.to_allocate]
+        order = policy.order(gpu_policy, self.used) if gpu_policy else None
+        outcome: list[dict[str, Any]] | str
         try:
-            found = self.snapshot().allocate(node, wanted, order=order, admit=admit)
+            found = made.allocate(node, wanted, order=order, admit=policy.admits(models, min_memory_mib))
+            outcome = CANNOT_ALLOCATE if found is None else found
         except allocator.NodeUnsuitable as err:
-            return str(err)
-        if found is None:
-            return CANNOT_ALLOCATE
-        return found
+            outcome = str(err)
+        if stamp is not None and not (isinstance(outcome, list) and _shares(outcome)):
+            if len(self._outcomes) >= OUTCOMES_KEPT:
+                self._outcomes.clear()
+            self._outcomes[key] = (stamp, outcome)  # shared, never changed: whoever writes it copies first
+        return outcome
+
+    def devices_on(self, node: NodeLike) -> tuple[int, int]:
+        """The devices the node's pools offer it and how many are in use (for the dra-devices score)."""
+        made = self.snapshot()
+        stamp = self._stamp(made, node)
+        kept = self._counts.get(node.name)
+        if kept is None or kept[0] != stamp:
+            kept = self._counts[node.name] = (stamp, made.devices_on(node))
+        return kept[1]
+
+    def _stamp(self, made: allocator.Allocator, node: NodeLike) -> tuple[Any, ...] | None:
+        """What a node's outcome depends on besides the claims: the node itself, the slices and classes, and the
+        devices in use in each of its pools. None when its pools cannot be gathered (no outcome is kept)."""
+        try:
+            node_pools = made.pools_for(node)
+        except slices.SelectionError:
+            return None
+        return (node, self._slices_version,
+                tuple(self.pool_versions.get((p.driver, p.name), 0) for p in node_pools))
+
+
+OUTCOMES_KEPT = 200_000  # (node, claims) outcomes kept; all are dropped past this, and whenever slices change
+
+
+def _shares(allocations: list[dict[str, Any]]) -> bool:
+    """Whether an outcome holds shares of devices, whose share IDs must be new for every claim."""
+    return any("shareID" in result for allocation in allocations
+               for result in fields.sequence(fields.mapping(allocation.get("devices")).get("results")))
 
 
 def consumer(namespace: str, name: str, uid: str) -> dict[str, str]:

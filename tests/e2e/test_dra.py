@@ -19,37 +19,13 @@ from kubernetes import client
 
 from tests.e2e import controlplane as cp
 from tests.e2e.scheduling import bound_node, ours_and_kube, waiting_message
+from tests.e2e.standins import DRA_DRIVER as DRIVER
+from tests.e2e.standins import gpu_slice
 
 SUFFIX = uuid.uuid4().hex[:5]
 SCHEDULERS = {"ours": f"dra-ours-{SUFFIX}", "kube": f"dra-kube-{SUFFIX}"}
-DRIVER = "gpu.nvidia.com"
 CLASS = f"gpu-{SUFFIX}"
 FINALIZER = "resource.kubernetes.io/delete-protection"
-
-
-def gpu_slice(node: str, *, product: str = "NVIDIA A100-SXM4-40GB", memory: str = "40Gi", count: int = 8,
-              tainted: tuple[int, ...] = ()) -> dict[str, Any]:
-    """A node's ResourceSlice as NVIDIA's driver publishes it: two PCIe roots of four GPUs each."""
-    devices = []
-    for index in range(count):
-        device: dict[str, Any] = {
-            "name": f"gpu-{index}",
-            "attributes": {
-                "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{index}"},
-                "productName": {"string": product}, "brand": {"string": "Nvidia"},
-                "architecture": {"string": "Ampere" if "A100" in product else "Hopper"},
-                "cudaComputeCapability": {"version": "8.0.0" if "A100" in product else "9.0.0"},
-                "driverVersion": {"version": "580.65.6"},
-                "resource.kubernetes.io/pciBusID": {"string": f"0000:{index + 16:02x}:00.0"},
-                "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{index // 4:02x}"}},
-            "capacity": {"memory": {"value": memory}}}
-        if index in tainted:
-            device["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
-        devices.append(device)
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
 
 
 def claim_spec(count: int = 1, *, selector: str | None = None, match_root: bool = False) -> dict[str, Any]:
