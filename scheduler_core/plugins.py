@@ -19,6 +19,7 @@ import numpy as np
 
 from scheduler_core import podaffinity, predicates, spread, volumes, workloads
 from scheduler_core.dra import allocator as dra_allocator
+from scheduler_core.dra import claims as dra_claims
 from scheduler_core.dra import state as dra_state
 from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
@@ -330,8 +331,8 @@ def dynamic_resources_pre(cycle: Cycle) -> str | None:
 def dynamic_resources(cycle: Cycle) -> Failures:
     """DynamicResources' Filter: an allocated claim's node selector admits the node, and the claims to allocate
     fit on its devices (scheduler_core.dra.allocator, with the GPU policy's device order). Only the rows still
-    alive are tried, each once per cycle; an error that no node can cure (a selector that fails) rejects them
-    all with that error."""
+    alive are tried, each once per cycle; an error (a selector that fails, a search too long) ends the trying and
+    rejects every node with that error, as upstream's Filter error ends the pod's cycle."""
     prepared = cycle.extras.get("dra")
     if prepared is None:
         return []
@@ -340,15 +341,20 @@ def dynamic_resources(cycle: Cycle) -> Failures:
     rows = np.flatnonzero(alive if alive is not None else cycle.cluster.present[: cycle.rows])
     resources, facts, pod = cycle.cluster.dra, cycle.cluster.facts, cycle.pod
     limited = bool(pod.models or pod.min_gpu_memory_mib)
+    failed = cycle.extras.get("dra-error")
     for row in rows.tolist():
         node = facts[row]
         if row in outcomes or node is None:
+            continue
+        if failed is not None:
+            outcomes[row] = failed
             continue
         try:
             outcome = resources.filter(node, prepared, gpu_policy=cycle.gpu_policy, models=pod.models,
                                        min_memory_mib=pod.min_gpu_memory_mib)
         except dra_allocator.AllocationError as err:
-            outcome = str(err)
+            # as upstream, an error ends the pod's attempt: no other node is tried, each is told this
+            outcome = failed = cycle.extras["dra-error"] = str(err)
         if outcome == dra_state.CANNOT_ALLOCATE and limited:
             outcome = f"{outcome} ({_annotated_gpus(pod)})"
         outcomes[row] = outcome
@@ -710,14 +716,18 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     scores = np.zeros(rows.size)
     if not outcomes:
         return scores
-    resources = cycle.cluster.dra
+    resources, prepared = cycle.cluster.dra, cycle.extras["dra"]
+    wanted = [request for index in prepared.to_allocate for request in prepared.records[index].claim.requests]
+    fixed = (sum(request[0].count for request in wanted)  # the same on every node: exact counts, no alternatives
+             if all(len(request) == 1 and request[0].mode == dra_claims.EXACT_COUNT for request in wanted) else None)
     for position, row in enumerate(rows.tolist()):
         outcome, facts = outcomes.get(row), cycle.cluster.facts[row]
         if not isinstance(outcome, list) or not outcome or facts is None:
             continue
         total, in_use = resources.devices_on(facts)
         if total:
-            share = min(in_use + dra_allocator.devices_in(outcome), total) / total
+            more = fixed if fixed is not None else dra_allocator.devices_in(outcome)
+            share = min(in_use + more, total) / total
             scores[position] = 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
     return scores
 

@@ -149,6 +149,9 @@ class _RequestData:
     all_devices: list[Candidate] | None = None  # allocationMode All: exactly these
 
 
+MAX_STEPS = 200_000  # devices tried in one node's search before it gives up (under a second here)
+
+
 class _TooMany(Exception):
     """More devices than one claim may hold: backtrack further (upstream's errAllocationResultMaxSizeExceeded)."""
 
@@ -299,6 +302,7 @@ class _Search:
         self.results: list[list[_Taken]] = [[] for _ in self.claims]
         self.constraints: list[list[_Constraint]] = []
         self.selectable: dict[tuple[int, tuple[int, int, int]], bool] = {}
+        self.steps = 0
 
     def run(self) -> list[dict[str, Any]] | None:
         for claim_index, claim in enumerate(self.claims):
@@ -380,6 +384,7 @@ class _Search:
 
     def _one(self, claim_index: int, request_index: int, sub_index: int, device_index: int,
              in_subrequest: bool, start: int) -> bool:
+        self._step()
         if claim_index >= len(self.claims):
             return True
         claim = self.claims[claim_index]
@@ -424,6 +429,7 @@ class _Search:
                 undo()
             return done
         for position in range(start, len(self.candidates)):
+            self._step()
             candidate = self.candidates[position]
             device_id = candidate.device.id
             if request.admin_access:
@@ -447,6 +453,14 @@ class _Search:
                 return True
             undo()
         return False
+
+    def _step(self) -> None:
+        """One more device tried. Upstream bounds a node's search by time (DRASchedulerFilterTimeout, 10 s) and
+        fails the pod's cycle with this error; a bound in steps gives the same answer on any machine."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise AllocationError(f"node {self.node.name}: timed out trying to allocate devices "
+                                  f"(more than {MAX_STEPS} devices tried)")
 
     def _in_use(self, device_id: DeviceID) -> bool:
         return device_id in self.a.allocated.devices or bool(self.taking.get(device_id))
@@ -487,6 +501,9 @@ class _Search:
 
     def _capacity_fits(self, request: Request, device: Device) -> bool:
         device_id = device.id
+        if (request.capacity is None and not device.capacity_policies and device_id not in self.a.allocated.capacity
+                and device_id not in self.taking_capacity):
+            return True  # it would consume each capacity whole, which nothing else consumes: it fits
         return capacity.fits(request.capacity, device.capacity_raw,
                              allocated=self.a.allocated.capacity.get(device_id, {}),
                              allocating=self.taking_capacity.get(device_id, {}))

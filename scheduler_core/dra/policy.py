@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from scheduler_core import predicates, quantity
+from scheduler_core import predicates
 from scheduler_core.dra.allocator import Allocated, Candidate, Order
 from scheduler_core.dra.slices import Device
 
@@ -36,13 +36,7 @@ def _root(device: Device) -> str | None:
 
 
 def _memory(device: Device) -> Fraction:
-    entry = device.capacity.get(MEMORY)
-    if entry is None:
-        return Fraction(0)
-    try:
-        return quantity.parse(entry.get("value"))
-    except quantity.QuantityError:
-        return Fraction(0)
+    return device.memory if device.driver == NVIDIA_DRIVER else Fraction(0)
 
 
 def order(gpu_policy: str, allocated: Allocated) -> Order:

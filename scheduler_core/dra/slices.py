@@ -89,6 +89,8 @@ class Device:
     binding_failure_conditions: tuple[str, ...]
     binds_to_node: bool
     raw_binding_conditions: bool  # the field was present (even empty): upstream tests `!= nil`
+    capacity_policies: bool = False  # a capacity has a requestPolicy (consumable capacity)
+    memory: Fraction = Fraction(0)  # capacity `memory` in the driver's domain (bytes), 0 when absent or unreadable
 
     @property
     def id(self) -> tuple[str, str, str]:
@@ -162,7 +164,17 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str, path: str, problems:
         binding_conditions=tuple(str(c) for c in fields.sequence(raw.get("bindingConditions"))),
         binding_failure_conditions=tuple(str(c) for c in fields.sequence(raw.get("bindingFailureConditions"))),
         binds_to_node=raw.get("bindsToNode") is True,
-        raw_binding_conditions=raw.get("bindingConditions") is not None)
+        raw_binding_conditions=raw.get("bindingConditions") is not None,
+        capacity_policies=any(entry.get("requestPolicy") is not None for entry in capacity_raw.values()),
+        memory=_memory(capacity_raw, driver))
+
+
+def _memory(capacity_raw: Mapping[str, Mapping[str, Any]], driver: str) -> Fraction:
+    entry = capacity_raw.get("memory") or capacity_raw.get(f"{driver}/memory")
+    try:
+        return quantity.parse(entry.get("value")) if entry is not None else Fraction(0)
+    except quantity.QuantityError:
+        return Fraction(0)
 
 
 def _reach(raw: Mapping[str, Any], path: str, problems: list[str]) -> Reach:

@@ -95,6 +95,7 @@ class Resources:
         self._pools: dict[str, tuple[NodeLike, list[pools.Pool]]] = {}
         self._outcomes: dict[tuple[str, Any], tuple[Any, list[dict[str, Any]] | str]] = {}
         self._counts: dict[str, tuple[Any, tuple[int, int]]] = {}
+        self._stamps: tuple[int, dict[str, tuple[NodeLike, tuple[Any, ...]]]] = (-1, {})
 
     # --- taking objects in
 
@@ -285,13 +286,21 @@ class Resources:
 
     def _stamp(self, made: allocator.Allocator, node: NodeLike) -> tuple[Any, ...] | None:
         """What a node's outcome depends on besides the claims: the node itself, the slices and classes, and the
-        devices in use in each of its pools. None when its pools cannot be gathered (no outcome is kept)."""
-        try:
-            node_pools = made.pools_for(node)
-        except slices.SelectionError:
-            return None
-        return (node, self._slices_version,
-                tuple(self.pool_versions.get((p.driver, p.name), 0) for p in node_pools))
+        devices in use in its pools (the sum of the pools' versions, which only grow, so any change moves it).
+        None when its pools cannot be gathered (no outcome is kept). Once per node and model version."""
+        memo = self._stamps
+        if memo[0] != self.version:
+            memo = self._stamps = (self.version, {})
+        found = memo[1].get(node.name)
+        if found is None or found[0] is not node:
+            try:
+                node_pools = made.pools_for(node)
+            except slices.SelectionError:
+                return None
+            versions = self.pool_versions
+            found = (node, (node, self._slices_version, sum(versions.get((p.driver, p.name), 0) for p in node_pools)))
+            memo[1][node.name] = found
+        return found[1]
 
 
 OUTCOMES_KEPT = 200_000  # (node, claims) outcomes kept; all are dropped past this, and whenever slices change

@@ -249,3 +249,24 @@ def test_a_gang_is_whole_only_if_every_members_claims_fit_at_once():
     assert framework.cluster.dra.assumed == {}  # the trial took its assumptions back
     whole = gangs.place(framework, podgroups.PodGroup(ref, 3, True, 60, {}), members)
     assert whole.reason is not None and "2/3 members fit" in whole.reason, whole.reason
+
+
+def test_a_claim_whose_search_would_never_end_makes_only_its_pod_wait():
+    """Four GPUs of any kind plus eight sharing a group value, where no group has eight: the search tries the
+    eight for every choice of the four (hours over 64 devices); it stops after allocator.MAX_STEPS, as upstream's
+    filter timeout stops it, and the pod waits saying so while another pod is placed."""
+    framework = cluster("a")
+    resources = framework.cluster.dra
+    wide = gpu_slice("a", count=64)
+    for index, device in enumerate(wide["spec"]["devices"]):
+        device["attributes"]["group"] = {"int": index // 7}
+    resources.set("ResourceSlice", wide)
+    endless = claim("endless", 4)
+    endless["spec"]["devices"]["requests"].append(
+        {"name": "grouped", "exactly": {"deviceClassName": DRIVER, "count": 8}})
+    endless["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/group", "requests": ["grouped"]}]
+    resources.set("ResourceClaim", endless)
+    reason = framework.decide(facts(claiming("p", "endless"))).reason or ""
+    assert "node a: timed out trying to allocate devices" in reason, reason
+    resources.set("ResourceClaim", claim("plain", 2))
+    assert framework.decide(facts(claiming("q", "plain"))).node == "a"
