@@ -67,12 +67,13 @@ def _parser() -> argparse.ArgumentParser:
                     "example (examples/nodes.yaml, examples/pods.yaml, examples/config.yaml).",
     )
     simulate.add_argument("--nodes", type=Path, metavar="FILE",
-                          help="Node objects (YAML/JSON, List or stream), and CSINodes for their volume limits")
+                          help="Node objects (YAML/JSON, List or stream), CSINodes for their volume limits, and the "
+                               "ResourceSlices and DeviceClasses of their DRA devices")
     simulate.add_argument("--pods", type=Path, metavar="FILE",
                           help="Pod objects, Namespace objects for their labels, PodGroup objects for their pod "
                                "groups (coscheduling, Workload API, Volcano), and the storage their volumes use: "
                                "PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSIDrivers, "
-                               "CSIStorageCapacities, VolumeAttachments")
+                               "CSIStorageCapacities, VolumeAttachments; and their DRA ResourceClaims")
     simulate.add_argument("--config", type=Path, metavar="FILE", help="config.yaml or a ConfigMap manifest")
     simulate.add_argument("--json", action="store_true", help="print the result as one JSON object")
     simulate.add_argument("-v", "--verbose", action="store_true",
@@ -354,6 +355,7 @@ def _simulate(args: argparse.Namespace) -> int:
     import functools
 
     from scheduler_core import simulation, volumes
+    from scheduler_core.dra import state as dra_state
     from webhook import admission
 
     paths = {
@@ -367,7 +369,7 @@ def _simulate(args: argparse.Namespace) -> int:
             hint = "" if given else " (the bundled example is missing: pass --nodes, --pods and --config)"
             raise UsageError(f"{flag} {path}: no such file{hint}")
     settings = _load_config(str(paths["--config"]))
-    storage_kinds = volumes.KINDS
+    storage_kinds = (*volumes.KINDS, *dra_state.KINDS)
     node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",), also=storage_kinds)
     pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"),
                                 also=(*storage_kinds, "PodGroup"))

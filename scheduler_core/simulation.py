@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from scheduler_core import cluster as cluster_model
 from scheduler_core import fields, framework, gangs, nodes, podgroups, pods, profile, volumes
+from scheduler_core.dra import state as dra_state
 
 # admit(pod, namespaces) -> (the pod as admitted, its rule, how admission treated it, a line per step).
 # `namespaces` maps each namespace given in the input to its labels.
@@ -167,13 +168,19 @@ def simulate(
     storage_objects: Sequence[Mapping[str, Any]] = (),
 ) -> Result:
     """Place `pod_objects` (Pods, Namespaces for their labels, PodGroups of podgroups.APIS for their groups) onto
-    `node_objects`, as `scheduler_name`. `storage_objects` (kinds of volumes.KINDS) are all the storage there is: a
-    claim not among them does not exist; so are the PodGroups: a group whose PodGroup is not among them waits."""
+    `node_objects`, as `scheduler_name`. `storage_objects` (kinds of volumes.KINDS, and DRA's ResourceSlices,
+    DeviceClasses and ResourceClaims) are all the storage and devices there are: a claim not among them does not
+    exist; so are the PodGroups: a group whose PodGroup is not among them waits."""
     model = cluster_model.Cluster(gpu_resources=gpu_resources)
     for kind in volumes.KINDS:
         model.storage.clear(kind)
+    for kind in dra_state.KINDS:
+        model.dra.clear(kind)
     for obj in storage_objects:
         try:
+            if obj.get("kind") in dra_state.KINDS:
+                model.dra.set(str(obj.get("kind")), obj)
+                continue
             model.storage.set(str(obj.get("kind")), obj)
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(f"{obj.get('kind')} {_name_of(obj)}: cannot be read: {type(err).__name__}: {err}") from err

@@ -13,7 +13,7 @@ invalid, as upstream treats a pool it cannot use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -208,11 +208,6 @@ def _integer(raw: object, path: str, problems: list[str]) -> int:
     return 0
 
 
-def capacity_value(device: Device, name: str) -> Fraction:
-    """A capacity's value (validated when the slice was read)."""
-    return quantity.parse(device.capacity_raw[name].get("value"))
-
-
 def quantity_text(amount: Fraction) -> str:
     """A quantity string for `amount` (whole numbers plain; else in milli or nano units, which is exact for
     what upstream's quantities can hold)."""
@@ -221,7 +216,3 @@ def quantity_text(amount: Fraction) -> str:
         if scaled.denominator == 1:
             return f"{scaled.numerator}{suffix}"
     return f"{(amount * 10**9).__ceil__()}n"
-
-
-def devices_of(slices: Sequence[Slice]) -> int:
-    return sum(len(s.devices) for s in slices)

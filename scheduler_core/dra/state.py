@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -312,11 +312,6 @@ def _shares(allocations: list[dict[str, Any]]) -> bool:
                for result in fields.sequence(fields.mapping(allocation.get("devices")).get("results")))
 
 
-def consumer(namespace: str, name: str, uid: str) -> dict[str, str]:
-    """The reservedFor entry for a pod (upstream's ResourceClaimConsumerReference)."""
-    del namespace
+def consumer(name: str, uid: str) -> dict[str, str]:
+    """The reservedFor entry for a pod (upstream's ResourceClaimConsumerReference; the pod's own namespace)."""
     return {"resource": "pods", "name": name, "uid": uid}
-
-
-def claim_keys(namespace: str, records: Iterable[ClaimRecord]) -> list[tuple[str, str]]:
-    return [(namespace, r.claim.name) for r in records]

@@ -270,3 +270,22 @@ def test_a_claim_whose_search_would_never_end_makes_only_its_pod_wait():
     assert "node a: timed out trying to allocate devices" in reason, reason
     resources.set("ResourceClaim", claim("plain", 2))
     assert framework.decide(facts(claiming("q", "plain"))).node == "a"
+
+
+def test_simulate_allocates_claims_from_the_dra_objects_it_is_given():
+    from scheduler_core import simulation
+    from webhook import config
+
+    objects = [{"kind": "DeviceClass", "metadata": {"name": DRIVER},
+                "spec": {"selectors": [{"cel": {"expression": CLASS_SELECTOR}}]}},
+               {"kind": "ResourceSlice", **gpu_slice("a", count=2)},
+               {"kind": "ResourceClaim", **claim("c", 2)}, {"kind": "ResourceClaim", **claim("d", 1)}]
+    settings = config.Config()
+    result = simulation.simulate([node("a", gpus=0)], [claiming("p", "c"), claiming("q", "d"), claiming("r", "gone")],
+                                 scheduler_name="gpu-scheduler", gpu_resources=("nvidia.com/gpu",),
+                                 scheduling=settings.scheduling, admit=lambda pod, _: (pod, None, None),
+                                 storage_objects=objects)
+    outcome = {p.pod: (p.node, p.reason) for p in result.placements}
+    assert outcome["ns/p"] == ("a", None)
+    assert outcome["ns/q"] == (None, "0/1 nodes are available: 1 cannot allocate all claims.")
+    assert outcome["ns/r"] == (None, '0/1 nodes are available: resourceclaim.resource.k8s.io "gone" not found.')

@@ -89,7 +89,7 @@ class DynamicResources(Plugin):
         state = cycle.state.get(self.name)
         if not state:
             return None
-        consumer = dra_state.consumer(cycle.pending.namespace, cycle.pending.name, cycle.uid)
+        consumer = dra_state.consumer(cycle.pending.name, cycle.uid)
         conditions = False
         for claim_write in state["writes"]:
             try:
