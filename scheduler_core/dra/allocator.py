@@ -661,7 +661,8 @@ class _Search:
         fields_: list[dict[str, Any]] = []
         expressions: list[dict[str, Any]] = []
         for item in taken:
-            reach = item.candidate.device.reach if item.candidate.slice.per_device_node_selection else item.candidate.slice.reach
+            where = item.candidate
+            reach = where.device.reach if where.slice.per_device_node_selection else where.slice.reach
             if reach.node_name or item.candidate.device.binds_to_node:
                 return {"nodeSelectorTerms": [{"matchFields": [
                     {"key": "metadata.name", "operator": "In", "values": [self.node.name]}]}]}

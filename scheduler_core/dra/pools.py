@@ -28,7 +28,8 @@ class Pool:
     incomplete: bool = False
     invalid: str | None = None  # why, when invalid
     targeting: list[Slice] = field(default_factory=list)  # device slices that reach the node, by name
-    not_targeting: list[Slice] = field(default_factory=list)  # the pool's other device slices (they consume counters too)
+    # the pool's other device slices (their devices consume the pool's counters too)
+    not_targeting: list[Slice] = field(default_factory=list)
     counter_sets: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)
 
     @property
@@ -68,7 +69,8 @@ def for_node(node: NodeLike, index: SliceIndex, *, partitionable: bool = True) -
             try:
                 relevant = slices.node_matches(node, candidate.reach)
             except slices.SelectionError as err:
-                raise slices.SelectionError(f"failed to perform node selection for slice {candidate.name}: {err}") from err
+                raise slices.SelectionError(
+                    f"failed to perform node selection for slice {candidate.name}: {err}") from err
         elif candidate.per_device_node_selection:
             relevant = False
             for device in candidate.devices:
@@ -77,8 +79,8 @@ def for_node(node: NodeLike, index: SliceIndex, *, partitionable: bool = True) -
                         relevant = True
                         break
                 except slices.SelectionError as err:
-                    raise slices.SelectionError(
-                        f"failed to perform node selection for device {device.name} in slice {candidate.name}: {err}") from err
+                    raise slices.SelectionError(f"failed to perform node selection for device {device.name} in slice "
+                                                f"{candidate.name}: {err}") from err
         else:
             continue
         if relevant:

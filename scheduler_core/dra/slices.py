@@ -146,7 +146,8 @@ def parse(obj: Mapping[str, Any]) -> Slice:
 
 
 def _device(raw: Mapping[str, Any], driver: str, pool: str, path: str, problems: list[str]) -> Device:
-    attributes = {qualified(str(k), driver): fields.mapping(v) for k, v in fields.mapping(raw.get("attributes")).items()}
+    attributes = {qualified(str(k), driver): fields.mapping(v)
+                  for k, v in fields.mapping(raw.get("attributes")).items()}
     capacity_raw = {str(k): fields.mapping(v) for k, v in fields.mapping(raw.get("capacity")).items()}
     for name, entry in capacity_raw.items():
         _quantity(entry.get("value"), f"{path}.capacity[{name}].value", problems)

@@ -64,6 +64,8 @@ class Prepared:
     selectors: tuple[tuple[predicates.Term, ...] | None, ...]  # allocation.nodeSelector per record
     to_allocate: tuple[int, ...]  # indices into records
     signature: str = ""  # the specs of the claims to allocate: pods of one template share their outcomes
+    # an allocated claim whose driver reports a binding failure condition: no node will do until it is deallocated
+    binding_failed: bool = False
 
     def allocation_needed(self) -> bool:
         return bool(self.to_allocate)
@@ -207,7 +209,8 @@ class Resources:
             if entry.problem == "not created":
                 return f'pod "{namespace}/{name}": ResourceClaim not created yet'
             if entry.problem == "unsupported":
-                return f'pod "{namespace}/{name}", spec.resourceClaim "{entry.name}": none of the supported fields are set'
+                return (f'pod "{namespace}/{name}", spec.resourceClaim "{entry.name}": '
+                        "none of the supported fields are set")
             if entry.claim_name is None:
                 continue  # the template made no claim for it: nothing to allocate
             record = self.claims.get((namespace, entry.claim_name))
@@ -226,14 +229,17 @@ class Resources:
                 if problem:
                     return problem
                 to_allocate.append(len(records))
-            if allocation is not None and uid not in record.reserved_for and len(record.reserved_for) >= RESERVED_FOR_MAX:
+            full = len(record.reserved_for) >= RESERVED_FOR_MAX
+            if allocation is not None and uid not in record.reserved_for and full:
                 return "resourceclaim in use"
             selector = fields.mapping(allocation).get("nodeSelector") if allocation is not None else None
             records.append(record)
             selectors.append(predicates.parse_terms(fields.mapping(selector).get("nodeSelectorTerms"))
                              if selector is not None else None)
         signature = json.dumps([records[i].obj.get("spec") for i in to_allocate], sort_keys=True, default=str)
-        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature)
+        failed = any(record.allocation is not None and isinstance(binding_conditions(record.obj), str)
+                     for record in records)
+        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature, failed)
 
     def _classes_problem(self, claim: claims.Claim) -> str | None:
         for alternatives in claim.requests:
@@ -245,7 +251,8 @@ class Resources:
         return None
 
     def filter(self, node: NodeLike, prepared: Prepared, *, gpu_policy: str | None = None,
-               models: tuple[frozenset[str], ...] = (), min_memory_mib: int | None = None) -> list[dict[str, Any]] | str:
+               models: tuple[frozenset[str], ...] = (),
+               min_memory_mib: int | None = None) -> list[dict[str, Any]] | str:
         """Upstream's Filter on one node: the allocations of the claims to allocate (in `to_allocate` order), or
         the reason the node is rejected. With `gpu_policy`, devices are tried in our order (policy.order); the
         pod's GPU annotations (`models`, `min_memory_mib`) limit the GPUs. Raises allocator.AllocationError when
@@ -253,6 +260,8 @@ class Resources:
         for selector in prepared.selectors:
             if selector is not None and not any(t.matches(node.labels, node.name) for t in selector):
                 return NOT_AVAILABLE
+        if prepared.binding_failed:
+            return NOT_AVAILABLE
         if not prepared.to_allocate:
             return []
         made = self.snapshot()
@@ -315,3 +324,26 @@ def _shares(allocations: list[dict[str, Any]]) -> bool:
 def consumer(name: str, uid: str) -> dict[str, str]:
     """The reservedFor entry for a pod (upstream's ResourceClaimConsumerReference; the pod's own namespace)."""
     return {"resource": "pods", "name": name, "uid": uid}
+
+
+def binding_conditions(claim: Mapping[str, Any]) -> bool | str:
+    """Whether the binding conditions of a claim's allocated devices are met (upstream's isClaimReadyForBinding):
+    True, False (not yet), or a message when a failure condition is true."""
+    status = fields.mapping(claim.get("status"))
+    devices = {(d.get("driver"), d.get("pool"), d.get("device")): d
+               for d in map(fields.mapping, fields.sequence(status.get("devices")))}
+    for result in map(fields.mapping, fields.sequence(
+            fields.mapping(fields.mapping(status.get("allocation")).get("devices")).get("results"))):
+        wanted = fields.sequence(result.get("bindingConditions"))
+        if not wanted:
+            continue
+        device = devices.get((result.get("driver"), result.get("pool"), result.get("device")), {})
+        true = {str(c.get("type")) for c in map(fields.mapping, fields.sequence(device.get("conditions")))
+                if c.get("status") == "True"}
+        failed = [c for c in fields.sequence(result.get("bindingFailureConditions")) if c in true]
+        if failed:
+            return (f"claim {fields.mapping(claim.get('metadata')).get('name')}: device {result.get('device')} "
+                    f"reports binding failure condition {failed[0]}")
+        if not all(c in true for c in wanted):
+            return False
+    return True

@@ -104,8 +104,8 @@ class Scenario:
 def device_class(api: Any) -> None:
     client.ResourceV1Api(api).create_device_class({
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
-        "spec": {"selectors": [{"cel": {"expression":
-                                        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}})
+        "spec": {"selectors": [{"cel": {
+            "expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}})
 
 
 @pytest.fixture(scope="module")

@@ -289,3 +289,28 @@ def test_simulate_allocates_claims_from_the_dra_objects_it_is_given():
     assert outcome["ns/p"] == ("a", None)
     assert outcome["ns/q"] == (None, "0/1 nodes are available: 1 cannot allocate all claims.")
     assert outcome["ns/r"] == (None, '0/1 nodes are available: resourceclaim.resource.k8s.io "gone" not found.')
+
+
+def test_a_claim_whose_driver_reports_a_binding_failure_is_available_on_no_node():
+    """Upstream's Filter: an allocated claim with a binding failure condition true (isClaimReadyForBinding's error)
+    makes every node unavailable, until it is deallocated; a claim whose conditions are met brings the pod on."""
+    framework = cluster("a")
+    result = {"request": "gpus", "driver": DRIVER, "pool": "a", "device": "gpu-0",
+              "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"]}
+    allocation = {"devices": {"results": [result]}}
+
+    def device_status(condition: str) -> dict[str, Any]:
+        return {"driver": DRIVER, "pool": "a", "device": "gpu-0",
+                "conditions": [{"type": condition, "status": "True", "reason": "Driver",
+                                "lastTransitionTime": "2026-12-04T00:00:00Z"}]}
+    failed = claim("c", allocation=allocation)
+    failed["status"]["devices"] = [device_status("AttachFailed")]
+    framework.cluster.dra.set("ResourceClaim", failed)
+    assert framework.decide(facts(claiming("p", "c"))).reason == (
+        "0/1 nodes are available: 1 resourceclaim not available on the node.")
+    attached = claim("c", allocation=allocation)
+    attached["status"]["devices"] = [device_status("Attached")]
+    framework.cluster.dra.set("ResourceClaim", attached)
+    assert framework.decide(facts(claiming("p", "c"))).node == "a"
+    assert state.binding_conditions(attached) is True
+    assert state.binding_conditions(claim("c", allocation=allocation)) is False

@@ -113,33 +113,10 @@ class DynamicResources(Plugin):
             record = resources.claims.get(key)
             if record is None:
                 return f'running PreBind plugin "{self.name}": claim {key[0]}/{key[1]} was deleted'
-            verdict = binding_conditions(record.obj)
+            verdict = dra_state.binding_conditions(record.obj)
             if verdict is not True:
                 return verdict if isinstance(verdict, str) else False
         return True
-
-
-def binding_conditions(claim: Mapping[str, Any]) -> bool | str:
-    """Whether the binding conditions of a claim's allocated devices are met (upstream's isClaimReadyForBinding):
-    True, False (not yet), or a message when a failure condition is true."""
-    status = fields.mapping(claim.get("status"))
-    devices = {(d.get("driver"), d.get("pool"), d.get("device")): d
-               for d in map(fields.mapping, fields.sequence(status.get("devices")))}
-    for result in map(fields.mapping, fields.sequence(
-            fields.mapping(fields.mapping(status.get("allocation")).get("devices")).get("results"))):
-        wanted = fields.sequence(result.get("bindingConditions"))
-        if not wanted:
-            continue
-        device = devices.get((result.get("driver"), result.get("pool"), result.get("device")), {})
-        true = {str(c.get("type")) for c in map(fields.mapping, fields.sequence(device.get("conditions")))
-                if c.get("status") == "True"}
-        failed = [c for c in fields.sequence(result.get("bindingFailureConditions")) if c in true]
-        if failed:
-            return (f"claim {fields.mapping(claim.get('metadata')).get('name')}: device {result.get('device')} "
-                    f"reports binding failure condition {failed[0]}")
-        if not all(c in true for c in wanted):
-            return False
-    return True
 
 
 def _has_binding_conditions(allocation: Mapping[str, Any] | None) -> bool:
