@@ -334,11 +334,12 @@ def storage_watches(core: Any, storage: Any, on_list: Callable[[str, list[Any]],
 def resource_watches(resource: Any, on_list: Callable[[str, list[Any]], None],
                      on_event: Callable[[str, str, Any], None]) -> list[Reflector]:
     """The DRA objects the allocator reads (scheduler_core.dra.state.KINDS), with callbacks that take the kind
-    first; `resource` a ResourceV1Api (resource.k8s.io/v1)."""
+    first; `resource` a ResourceV1Api (resource.k8s.io/v1). Optional: an apiserver older than v1.34 does not serve
+    resource.k8s.io/v1, and has no claims to allocate then."""
     return _of_kinds(on_list, on_event, (
         ("ResourceSlice", resource.list_resource_slice),
         ("DeviceClass", resource.list_device_class),
-        ("ResourceClaim", resource.list_resource_claim_for_all_namespaces)))
+        ("ResourceClaim", resource.list_resource_claim_for_all_namespaces)), optional=True)
 
 
 def budget_watch(policy: Any, on_list: Callable[[list[Any]], None], on_event: Callable[[str, Any], None]) -> Reflector:
@@ -362,10 +363,10 @@ def group_watches(custom: Any, apis: Iterable[str], on_list: Callable[[str, list
 
 
 def _of_kinds(on_list: Callable[[str, list[Any]], None], on_event: Callable[[str, str, Any], None],
-              kinds: Iterable[tuple[str, Callable[..., Any]]]) -> list[Reflector]:
+              kinds: Iterable[tuple[str, Callable[..., Any]]], *, optional: bool = False) -> list[Reflector]:
     """A reflector per (kind, list call), named `<kind>s`, whose callbacks take the kind first."""
     return [Reflector(list_call, name=f"{kind}s", on_replace=functools.partial(on_list, kind),
-                      on_event=functools.partial(on_event, kind)) for kind, list_call in kinds]
+                      on_event=functools.partial(on_event, kind), optional=optional) for kind, list_call in kinds]
 
 
 def _loads(text: bytes | str) -> Any:
