@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import sides  # noqa: E402
 from benchmarks.scheduler_e2e import wait_bound  # noqa: E402
-from tests import servers  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 from tests.e2e.standins import DRA_DRIVER as DRIVER  # noqa: E402
 from tests.e2e.standins import gpu_slice  # noqa: E402
@@ -107,7 +105,7 @@ def run_way(label: str, api: Any, pods: int, start: Any, scheduler_name: str, ti
         stop()
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     wait_claims(api, namespace, 0, timeout)  # their devices are free again for the next way
-    return {"pods_per_s": steady, "seconds": elapsed, "pods_per_s_with_startup": pods / elapsed}
+    return {"pods_per_s": steady, "seconds": elapsed, "pods_per_s_with_startup": pods / elapsed, "completed": True}
 
 
 def main() -> int:
@@ -135,11 +133,7 @@ def main() -> int:
         create_cluster(api, args.nodes)
 
         def ours() -> Any:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "gpu_scheduler", "run", "--config", str(config_file), "--kubeconfig",
-                 str(plane.kubeconfig), "--port", str(servers.free_port()), "--log-level", "warning"],
-                stdout=(work / "run.log").open("ab"), stderr=subprocess.STDOUT)
-            return lambda: (process.terminate(), process.wait(15))
+            return sides.start_run(plane.kubeconfig, config_file, work / "run.log")
 
         def kube_scheduler() -> Any:
             return plane.start_scheduler(json.dumps({"clientConnection": {"qps": 5000, "burst": 5000}})).stop
@@ -150,11 +144,11 @@ def main() -> int:
             for name, label, start, scheduler_name in (ways if round_number % 2 else ways[::-1]):
                 results[name].append(run_way(f"{label}-r{round_number}", api, args.pods, start, scheduler_name,
                                              args.timeout))
-            ratio = results["gpu-scheduler"][-1]["pods_per_s"] / results["kube-scheduler"][-1]["pods_per_s"]
+            ratio = sides.ratios(results, only_round=round_number)[0]
             print(f"round {round_number}: ours {results['gpu-scheduler'][-1]['pods_per_s']:.0f}, kube-scheduler "
                   f"{results['kube-scheduler'][-1]['pods_per_s']:.0f} pods/s; a/b {ratio:.2f}",
                   file=sys.stderr if args.json else sys.stdout, flush=True)
-    ratios = [a["pods_per_s"] / b["pods_per_s"] for a, b in zip(results["gpu-scheduler"], results["kube-scheduler"])]
+    ratios = sides.ratios(results)
     summary = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, "a/b": statistics.median(ratios),
                "a/b rounds": ratios}
     if args.json:

@@ -75,8 +75,7 @@ def kube_like(seed: int, draw: int) -> int:
         if not fits:
             pending += 1
             continue
-        for (namespace, name), allocation in zip([("ns", claim["metadata"]["name"])], rng.choice(fits)):
-            resources.assume((namespace, name), allocation)
+        resources.assume(("ns", claim["metadata"]["name"]), rng.choice(fits)[0])  # one claim, one allocation
     return pending
 
 

@@ -37,6 +37,12 @@ def strings(value: object) -> dict[str, str]:
     return {k: v for k, v in mapping(value).items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def controller_uid(metadata: Mapping[str, Any]) -> str | None:
+    """The UID of the owner reference marked `controller` (the object that made this one), if any."""
+    return next((str(ref.get("uid")) for ref in map(mapping, sequence(metadata.get("ownerReferences")))
+                 if ref.get("controller") is True), None)
+
+
 def natural(value: object) -> int | None:
     """A whole number written in 1 to MAX_DIGITS ASCII digits; None for anything else.
 

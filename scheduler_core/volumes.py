@@ -263,8 +263,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
     meta, spec = _meta(obj), fields.mapping(obj.get("spec"))
     annotations = fields.strings(meta.get("annotations"))
     selector = spec.get("selector")
-    controller = next((str(ref.get("uid")) for ref in map(fields.mapping, fields.sequence(meta.get("ownerReferences")))
-                       if ref.get("controller") is True), None)
+    controller = fields.controller_uid(meta)
     return Claim(
         namespace=str(meta.get("namespace") or "default"), name=str(meta["name"]), uid=str(meta.get("uid") or ""),
         resource_version=str(meta.get("resourceVersion") or ""), volume_name=str(spec.get("volumeName") or ""),

@@ -138,16 +138,13 @@ class DeviceClass:
     name: str
     selectors: tuple[str | None, ...]
     config: tuple[Mapping[str, Any], ...]
-    extended_resource_name: str | None = None
 
 
 def parse_class(obj: Mapping[str, Any]) -> DeviceClass:
     spec = fields.mapping(obj.get("spec"))
-    extended = spec.get("extendedResourceName")
     return DeviceClass(
         name=str(fields.mapping(obj.get("metadata")).get("name") or ""), selectors=selectors(spec.get("selectors")),
-        config=tuple(fields.mapping(c) for c in fields.sequence(spec.get("config"))),
-        extended_resource_name=extended if isinstance(extended, str) and extended else None)
+        config=tuple(fields.mapping(c) for c in fields.sequence(spec.get("config"))))
 
 
 @dataclass(frozen=True)

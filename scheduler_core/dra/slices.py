@@ -14,7 +14,7 @@ invalid, as upstream treats a pool it cannot use.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -102,7 +102,6 @@ class Slice:
     """A ResourceSlice, read. `problem` (if any) makes the pool it belongs to invalid."""
 
     name: str
-    uid: str
     driver: str
     pool: str
     generation: int
@@ -112,7 +111,6 @@ class Slice:
     devices: tuple[Device, ...]
     counter_sets: Mapping[str, Mapping[str, Fraction]]  # sharedCounters: set -> counter -> value
     problem: str | None = None
-    device_names: frozenset[str] = field(default=frozenset())
 
 
 def qualified(name: str, driver: str) -> str:
@@ -139,10 +137,9 @@ def parse(obj: Mapping[str, Any]) -> Slice:
     devices = tuple(_device(fields.mapping(raw), driver, pool_name, f"spec.devices[{index}]", problems)
                     for index, raw in enumerate(fields.sequence(spec.get("devices"))))
     return Slice(
-        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""), driver=driver, pool=pool_name,
+        name=str(meta.get("name") or ""), driver=driver, pool=pool_name,
         generation=generation, slice_count=slice_count, reach=reach, per_device_node_selection=per_device,
-        devices=devices, counter_sets=counter_sets, problem=problems[0] if problems else None,
-        device_names=frozenset(d.name for d in devices))
+        devices=devices, counter_sets=counter_sets, problem=problems[0] if problems else None)
 
 
 def _device(raw: Mapping[str, Any], driver: str, pool: str, path: str, problems: list[str]) -> Device:

@@ -40,19 +40,16 @@ class ClaimRecord:
     reserved_for: tuple[str, ...]  # uids
     controller_uid: str | None
     deleting: bool
-    resource_version: str
 
 
 def read_claim(obj: Mapping[str, Any]) -> ClaimRecord:
     meta, status = fields.mapping(obj.get("metadata")), fields.mapping(obj.get("status"))
     allocation = status.get("allocation")
-    controller = next((str(ref.get("uid")) for ref in map(fields.mapping, fields.sequence(meta.get("ownerReferences")))
-                       if ref.get("controller") is True), None)
+    controller = fields.controller_uid(meta)
     return ClaimRecord(
         obj=obj, claim=claims.parse(obj), allocation=allocation if fields.is_object(allocation) else None,
         reserved_for=tuple(str(fields.mapping(r).get("uid")) for r in fields.sequence(status.get("reservedFor"))),
-        controller_uid=controller, deleting=meta.get("deletionTimestamp") is not None,
-        resource_version=str(meta.get("resourceVersion") or ""))
+        controller_uid=controller, deleting=meta.get("deletionTimestamp") is not None)
 
 
 @dataclass(frozen=True)

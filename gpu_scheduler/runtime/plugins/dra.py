@@ -71,7 +71,7 @@ class DynamicResources(Plugin):
             record = resources.claims.get(key)
             if record is None or pending.uid in record.reserved_for:
                 continue
-            claim_writes.append(ClaimWrite(key, copy.deepcopy(dict(record.obj)), allocations.get(key)))
+            claim_writes.append(ClaimWrite(key, record.obj, allocations.get(key)))  # copied before it is written
         for key, allocation in allocations.items():
             resources.assume(key, allocation)
         if claim_writes:
