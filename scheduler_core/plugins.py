@@ -732,6 +732,24 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     return scores
 
 
+def dra_demand(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Ours, for pods with DRA claims: nodes whose allocation takes the devices the cluster's claims need least
+    (scheduler_core.dra.demand), so a claim that can use any GPU leaves the narrow ones for claims that need them.
+    The least pressed allocation scores 100, the most pressed 0. 0 for other pods."""
+    outcomes = cycle.extras.get("dra-outcomes")
+    if not outcomes:
+        return np.zeros(rows.size)
+    pressure = cycle.cluster.dra.pressure()
+    found = np.array(pressure.of_each(map(outcomes.get, rows.tolist())), dtype=float)
+    fits = ~np.isnan(found)
+    if not fits.any():
+        return np.zeros(rows.size)
+    low, high = found[fits].min(), found[fits].max()
+    if high - low < 1e-9:
+        return np.zeros(rows.size)
+    return np.where(fits, 100.0 * (high - np.where(fits, found, high)) / (high - low), 0.0)
+
+
 def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Upstream's DynamicResources Score: a node where a claim's earlier `firstAvailable` alternative could be
     allocated scores higher (8 - its index, summed), normalised to 0..100 over the candidates."""
@@ -865,6 +883,7 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "pod-topology-spread": pod_topology_spread_preference,
     "dynamic-resources": dynamic_resources_preference,
     "dra-devices": dra_devices,
+    "dra-demand": dra_demand,
 }
 # Scores the extender leaves out: kube-scheduler's own plugins of the same names (NodeResourcesBalancedAllocation,
 # ImageLocality, NodeAffinity, TaintToleration, InterPodAffinity, PodTopologySpread) already score its candidates,

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import functools
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -88,24 +85,8 @@ def eligible(pod: PodFacts, cluster: Any = None, *, nominated_unresolvable: bool
 def started_at(pod: PodFacts) -> tuple[int, int]:
     """status.startTime as (seconds, nanoseconds) since the epoch, to compare instants written with any fraction;
     a pod without one counts as started now, later than any that has one (upstream's GetPodStartTime)."""
-    return _instant(pod.started or "")
+    return fields.instant(pod.started or "")
 
-
-@functools.lru_cache(maxsize=65536)
-def _instant(text: str) -> tuple[int, int]:
-    """The instant an RFC 3339 time names, remembered: the same start times are sorted by at every dry run."""
-    match = _RFC3339.fullmatch(text)
-    if match is None:
-        return (2**62, 0)
-    seconds = datetime.datetime.strptime(match["seconds"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
-    offset = 0
-    if match["zone"] not in ("Z", "z"):
-        sign = 1 if match["zone"][0] == "+" else -1
-        offset = sign * (int(match["zone"][1:3]) * 3600 + int(match["zone"][4:6]) * 60)
-    return (int(seconds.timestamp()) - offset, int((match["fraction"] or "").ljust(9, "0")[:9]))
-
-
-_RFC3339 = re.compile(r"(?P<seconds>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<fraction>\d+))?(?P<zone>[Zz]|[+-]\d\d:\d\d)")
 
 
 def more_important_first(pods: Iterable[PodFacts]) -> list[PodFacts]:
@@ -388,9 +369,10 @@ class Evaluator:
 def _node_local(pod: PodFacts, cluster: Any) -> bool:
     """Whether the pod fits a node or not by the requests and GPU devices of the pods there alone: no inter-pod
     affinity or hard topology spread of its own, no placed pod's required anti-affinity anywhere, no host ports, no
-    volumes (whose filters read the pods' own)."""
+    volumes (whose filters read the pods' own), no DRA claims (whose fit is the claim's, not the requests')."""
     return (pod.pod_affinity is None and (pod.topology_spread is None or not pod.topology_spread.hard)
-            and not cluster.pod_index.anti_terms and not pod.host_ports and not pod.volumes)
+            and not cluster.pod_index.anti_terms and not pod.host_ports and not pod.volumes
+            and not pod.resource_claims)
 
 
 def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str]]) -> tuple[Any, dict[int, str]]:

@@ -31,6 +31,7 @@ SCORE_PLUGINS: dict[str, int] = {
     "pod-topology-spread": 2,  # ScheduleAnyway topology spread constraints, as upstream
     "dynamic-resources": 1,  # DRA: nodes where a claim's earlier firstAvailable alternative fits, as upstream
     "dra-devices": 1,  # DRA: binpack / spread across nodes by the share of their devices in use
+    "dra-demand": 1,  # DRA: take the devices the cluster's claims need least
     # placement quality (scheduler_core.placement): the published baselines, off unless weighted ...
     "random": 0,
     "bestfit": 0,

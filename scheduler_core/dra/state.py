@@ -12,18 +12,20 @@ The messages are upstream's (dynamicresources.go, resourceclaim.go), so users re
 from __future__ import annotations
 
 import json
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core import fields, predicates
-from scheduler_core.dra import allocator, claims, policy, pools, slices
+from scheduler_core.dra import allocator, claims, demand, policy, pools, slices
 from scheduler_core.dra.slices import NodeLike
 
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim")
 FINALIZER = "resource.kubernetes.io/delete-protection"
 RESERVED_FOR_MAX = 256  # resourceapi.ResourceClaimReservedForMaxSize
+BINDING_TIMEOUT = 600.0  # seconds devices may take to meet their binding conditions (upstream's default)
 
 # Filter reasons (upstream's words)
 NOT_AVAILABLE = "resourceclaim not available on the node"
@@ -61,7 +63,8 @@ class Prepared:
     selectors: tuple[tuple[predicates.Term, ...] | None, ...]  # allocation.nodeSelector per record
     to_allocate: tuple[int, ...]  # indices into records
     signature: str = ""  # the specs of the claims to allocate: pods of one template share their outcomes
-    # an allocated claim whose driver reports a binding failure condition: no node will do until it is deallocated
+    # an allocated claim whose driver reports a binding failure condition, or whose binding conditions timed out:
+    # no node will do until it is deallocated
     binding_failed: bool = False
 
     def allocation_needed(self) -> bool:
@@ -95,6 +98,7 @@ class Resources:
         self._outcomes: dict[tuple[str, Any], tuple[Any, list[dict[str, Any]] | str]] = {}
         self._counts: dict[str, tuple[Any, tuple[int, int]]] = {}
         self._stamps: tuple[int, dict[str, tuple[NodeLike, tuple[Any, ...]]]] = (-1, {})
+        self.demand = demand.Demand(self.used)
 
     # --- taking objects in
 
@@ -108,20 +112,22 @@ class Resources:
         name = str(meta.get("name") or "")
         if kind == "ResourceSlice":
             key = str(meta.get("uid") or name)
-            if deleted:
-                self.slices.pop(key, None)
-            else:
+            withdrawn = self.slices.pop(key, None)
+            if not deleted:
                 self.slices[key] = slices.parse(obj)
+            self.demand.slice_changed(withdrawn, self.slices.get(key))
             self._slices_changed()
         elif kind == "DeviceClass":
             if deleted:
                 self.classes.pop(name, None)
             else:
                 self.classes[name] = claims.parse_class(obj)
+            self.demand.reset()
             self._slices_changed()
         elif kind == "ResourceClaim":
             claim_key = (str(meta.get("namespace") or "default"), name)
             before = self._counted(claim_key)
+            earlier = self.claims.get(claim_key)
             if deleted:
                 self.claims.pop(claim_key, None)
                 self.assumed.pop(claim_key, None)
@@ -130,21 +136,25 @@ class Resources:
                 self.claims[claim_key] = record
                 if record.allocation is not None:
                     self.assumed.pop(claim_key, None)  # the watch shows it allocated: newer than our assumption
+            was, now = (r.claim if r is not None else None for r in (earlier, self.claims.get(claim_key)))
+            if was != now:
+                self.demand.claim_changed(was, now)
             self._recount(before, self._counted(claim_key))
         self.version += 1
 
     def clear(self, kind: str) -> None:
         """Before a relist of `kind`: everything of it is forgotten (our assumptions stay)."""
-        if kind == "ResourceSlice":
-            self.slices.clear()
-            self._slices_changed()
-        elif kind == "DeviceClass":
-            self.classes.clear()
+        if kind in ("ResourceSlice", "DeviceClass"):
+            if kind == "ResourceSlice":
+                self.slices.clear()
+            else:
+                self.classes.clear()
+            self.demand.reset()
             self._slices_changed()
         elif kind == "ResourceClaim":
             for claim_key in list(self.claims):
                 before = self._counted(claim_key)
-                del self.claims[claim_key]
+                self.demand.claim_changed(self.claims.pop(claim_key).claim, None)
                 self._recount(before, self._counted(claim_key))
         self.listed.add(kind)
         self.version += 1
@@ -170,9 +180,10 @@ class Resources:
     def _recount(self, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> None:
         if before is after:
             return
-        for allocation, change in ((before, self.used.remove), (after, self.used.add)):
+        for allocation, change, sign in ((before, self.used.remove, -1), (after, self.used.add, 1)):
             if allocation is not None:
                 change(allocation)
+                self.demand.allocation_changed(allocation, sign)
                 for device_id, _, _ in allocator.results_in(allocation):
                     pool = (device_id[0], device_id[1])
                     self.pool_versions[pool] = self.pool_versions.get(pool, 0) + 1
@@ -197,8 +208,10 @@ class Resources:
             self._allocator = (self.version, made)
         return self._allocator[1]
 
-    def pre_filter(self, namespace: str, name: str, uid: str, wanted: Sequence[claims.PodClaim]) -> Prepared | str:
-        """The pod's claims, or why the pod waits whatever the node (upstream's PreEnqueue and PreFilter)."""
+    def pre_filter(self, namespace: str, name: str, uid: str, wanted: Sequence[claims.PodClaim], *,
+                   now: float | None = None) -> Prepared | str:
+        """The pod's claims, or why the pod waits whatever the node (upstream's PreEnqueue and PreFilter). `now`
+        (default: the clock) decides whether binding conditions have timed out."""
         records: list[ClaimRecord] = []
         selectors: list[tuple[predicates.Term, ...] | None] = []
         to_allocate: list[int] = []
@@ -234,8 +247,8 @@ class Resources:
             selectors.append(predicates.parse_terms(fields.mapping(selector).get("nodeSelectorTerms"))
                              if selector is not None else None)
         signature = json.dumps([records[i].obj.get("spec") for i in to_allocate], sort_keys=True, default=str)
-        failed = any(record.allocation is not None and isinstance(binding_conditions(record.obj), str)
-                     for record in records)
+        now = time.time() if now is None else now
+        failed = any(record.allocation is not None and not_for_binding(record.obj, now) for record in records)
         return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature, failed)
 
     def _classes_problem(self, claim: claims.Claim) -> str | None:
@@ -290,6 +303,10 @@ class Resources:
             kept = self._counts[node.name] = (stamp, made.devices_on(node))
         return kept[1]
 
+    def pressure(self) -> demand.Pressure:
+        """Each device's pressure: how much the claims that exist need it (demand.Demand)."""
+        return self.demand.pressure(self.snapshot(), lambda: (d for s in self.slices.values() for d in s.devices))
+
     def _stamp(self, made: allocator.Allocator, node: NodeLike) -> tuple[Any, ...] | None:
         """What a node's outcome depends on besides the claims: the node itself, the slices and classes, and the
         devices in use in its pools (the sum of the pools' versions, which only grow, so any change moves it).
@@ -321,6 +338,24 @@ def _shares(allocations: list[dict[str, Any]]) -> bool:
 def consumer(name: str, uid: str) -> dict[str, str]:
     """The reservedFor entry for a pod (upstream's ResourceClaimConsumerReference; the pod's own namespace)."""
     return {"resource": "pods", "name": name, "uid": uid}
+
+
+def not_for_binding(claim: Mapping[str, Any], now: float, timeout: float = BINDING_TIMEOUT) -> bool:
+    """Whether an allocated claim is available on no node until it is deallocated (upstream's Filter): a binding
+    failure condition is true, or its conditions are not met `timeout` seconds after allocationTimestamp
+    (isClaimTimeout)."""
+    met = binding_conditions(claim)
+    if isinstance(met, str):
+        return True
+    if met:
+        return False
+    allocation = fields.mapping(fields.mapping(claim.get("status")).get("allocation"))
+    stamp = allocation.get("allocationTimestamp")
+    if not isinstance(stamp, str):
+        return False
+    results = fields.sequence(fields.mapping(allocation.get("devices")).get("results"))
+    waits = any(fields.mapping(result).get("bindingConditions") is not None for result in results)
+    return waits and fields.instant(stamp)[0] + timeout < now
 
 
 def binding_conditions(claim: Mapping[str, Any]) -> bool | str:

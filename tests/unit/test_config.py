@@ -173,8 +173,8 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("scheduling: {weights: {gpu: 1}}",
          ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, node-resources, "
           "balanced-allocation, image-locality, gpu-utilization, spot, locality, node-affinity, taint-toleration, "
-          "inter-pod-affinity, pod-topology-spread, dynamic-resources, dra-devices, random, bestfit, dotproduct, "
-          "gpupacking, fgd, gpu-fragmentation"]),
+          "inter-pod-affinity, pod-topology-spread, dynamic-resources, dra-devices, dra-demand, random, bestfit, "
+          "dotproduct, gpupacking, fgd, gpu-fragmentation"]),
         ("scheduling: {weights: {inter-pod-affinity: 1.5}}",
          ["scheduling.weights.inter-pod-affinity: must be an integer >= 0, got 1.5"]),
         ("scheduling: {weights: {pod-topology-spread: -2}}",

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import nodes, profile
+from scheduler_core import nodes, preemption, profile
 from scheduler_core.dra import cel, state
 from tests.unit.builders import facts, node, pod, scheduler
 
@@ -190,6 +190,59 @@ def test_binpack_takes_a_gpu_of_a_broken_pcie_root_so_a_whole_root_stays_free():
     assert devices_of(framework.decide(facts(claiming("q", "four")))) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
 
 
+H100_ONLY = f"device.attributes['{DRIVER}'].productName.startsWith('NVIDIA H100')"
+
+
+def two_products() -> Any:
+    """Node a: eight A100s; node h: eight H100s."""
+    framework = cluster("a", "h")
+    framework.cluster.dra.set("ResourceSlice", gpu_slice("h", product="NVIDIA H100 80GB HBM3", memory="80Gi"))
+    return framework
+
+
+def test_a_claim_that_can_use_any_gpu_leaves_the_product_other_claims_need():
+    """Waiting claims ask for H100s only: a claim that takes any GPU goes to the A100s, even though binpack alone
+    would prefer the fuller H100 node."""
+    framework = two_products()
+    resources = framework.cluster.dra
+    held = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "h", "device": "gpu-0"}]}}
+    resources.set("ResourceClaim", claim("held", selector=H100_ONLY, allocation=held, reserved=("x",)))
+    for index in range(3):
+        resources.set("ResourceClaim", claim(f"h100-{index}", 2, selector=H100_ONLY))
+    resources.set("ResourceClaim", claim("any"))
+    assert framework.place(facts(claiming("p", "any"))).node == "a"
+
+
+def test_without_narrow_claims_binpack_decides():
+    framework = two_products()
+    resources = framework.cluster.dra
+    held = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "h", "device": "gpu-0"}]}}
+    resources.set("ResourceClaim", claim("held", allocation=held, reserved=("x",)))
+    resources.set("ResourceClaim", claim("any"))
+    assert framework.place(facts(claiming("p", "any"))).node == "h"
+
+
+def test_demand_follows_claims_allocations_and_slices():
+    """What each request asks and how many of the devices it can use are busy stay right through adds, deletes,
+    allocations, a relist and a slice change."""
+    framework = two_products()
+    resources = framework.cluster.dra
+    group = (DRIVER, (H100_ONLY,))
+    for index in range(2):
+        resources.set("ResourceClaim", claim(f"c{index}", 2, selector=H100_ONLY))
+    assert resources.demand.asked[group] == 4
+    h100 = [(DRIVER, "h", f"gpu-{i}") for i in range(8)]
+    assert resources.pressure()(h100[0]) == 4 / 8 and resources.pressure()((DRIVER, "a", "gpu-0")) == 0
+    framework.place(facts(claiming("p0", "c0")))  # assumed: two H100s busy
+    assert resources.pressure()(h100[7]) == 4 / 6
+    resources.set("ResourceClaim", claim("c1", 2, selector=H100_ONLY), deleted=True)
+    assert resources.demand.asked[group] == 2 and resources.pressure()(h100[7]) == 2 / 6
+    resources.set("ResourceSlice", gpu_slice("h", product="NVIDIA H100 80GB HBM3", memory="80Gi", count=4))
+    assert resources.pressure()(h100[3]) == 2 / 2 and resources.pressure()(h100[7]) == 0
+    resources.clear("ResourceClaim")
+    assert not resources.demand.asked and resources.pressure()(h100[3]) == 0
+
+
 def test_spread_takes_the_emptiest_root():
     framework = cluster("a", gpu_policy="spread")
     resources = framework.cluster.dra
@@ -314,3 +367,51 @@ def test_a_claim_whose_driver_reports_a_binding_failure_is_available_on_no_node(
     assert framework.decide(facts(claiming("p", "c"))).node == "a"
     assert state.binding_conditions(attached) is True
     assert state.binding_conditions(claim("c", allocation=allocation)) is False
+
+
+def test_a_claim_whose_binding_conditions_time_out_is_available_on_no_node():
+    """Upstream's isClaimTimeout: conditions still unmet 600 s after allocationTimestamp make every node
+    unavailable; before that, and for devices without binding conditions, the claim's node is available."""
+    framework = cluster("a")
+    waiting = {"request": "gpus", "driver": DRIVER, "pool": "a", "device": "gpu-0", "bindingConditions": ["Attached"]}
+    allocation = {"devices": {"results": [waiting]}, "allocationTimestamp": "2026-01-01T00:00:00Z"}
+    framework.cluster.dra.set("ResourceClaim", claim("c", allocation=allocation))
+    allocated_at = 1767225600.0  # 2026-01-01T00:00:00Z
+    resources, wanted = framework.cluster.dra, facts(claiming("p", "c")).resource_claims
+    for elapsed, available in ((599.0, True), (601.0, False)):
+        prepared = resources.pre_filter("ns", "p", "uid-p", wanted, now=allocated_at + elapsed)
+        assert not isinstance(prepared, str) and prepared.binding_failed is not available
+    assert framework.decide(facts(claiming("p", "c"))).reason == (  # the clock: long after
+        "0/1 nodes are available: 1 resourceclaim not available on the node.")
+    plain = {"devices": {"results": [{k: v for k, v in waiting.items() if k != "bindingConditions"}]},
+             "allocationTimestamp": "2026-01-01T00:00:00Z"}
+    assert not state.not_for_binding(claim("c", allocation=plain), allocated_at + 10_000)
+
+
+def prioritized_claiming(name: str, claim_name: str, priority: int, **kwargs: Any) -> Any:
+    obj = claiming(name, claim_name, **kwargs)
+    obj["spec"]["priority"] = priority
+    return facts(obj)
+
+
+def test_preemption_never_counts_devices_freed_and_dry_runs_each_claim_on_its_own():
+    """Upstream's DynamicResources has no PreFilterExtensions: evicting a pod frees none of its claims' devices in
+    the dry run. A pod whose claim fits evicts the low-priority pod that holds the CPU; a pod that asks the same CPU
+    but a claim no node can hold finds no victims (not the first pod's, kept for pods of the same requests)."""
+    framework = cluster("a", count=8)
+    low = pod("low", cpu="60", node_name="a")
+    low["spec"]["priority"] = 1
+    low["metadata"]["uid"] = "uid-low"
+    assert framework.cluster.restore(facts(low)) is None
+    resources = framework.cluster.dra
+    held = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "a", "device": f"gpu-{i}"}
+                                    for i in range(4)]}}
+    resources.set("ResourceClaim", claim("held", 4, allocation=held, reserved=("uid-low",)))
+    resources.set("ResourceClaim", claim("fits", 4))
+    resources.set("ResourceClaim", claim("too-many", 5))
+    evaluator = preemption.Evaluator(framework)
+    fits = prioritized_claiming("urgent", "fits", 100, cpu="10")
+    chosen = evaluator.preempt(fits)
+    assert isinstance(chosen, preemption.Victims) and [p.key for p in chosen.pods] == ["ns/low"]
+    assert not isinstance(evaluator.preempt(prioritized_claiming("greedy", "too-many", 100, cpu="10")),
+                          preemption.Victims)

@@ -33,7 +33,7 @@ from scheduler_core.dra import state as dra_state
 
 log = logging.getLogger(__name__)
 
-BINDING_TIMEOUT = 600.0  # seconds a pod waits for its devices' binding conditions (upstream's default)
+BINDING_TIMEOUT = dra_state.BINDING_TIMEOUT  # seconds a pod waits for its devices' binding conditions
 RETRIES = 5  # writes of one claim that may meet a conflict (client-go's retry.DefaultRetry)
 
 
