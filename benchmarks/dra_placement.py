@@ -5,7 +5,8 @@ NVIDIA's DRA driver publishes them. Claims of 1-4 GPUs, some of one product (a C
 `memory`), some under one PCIe root (`matchAttribute`), each pod with its own claim, decided one after another.
 Two workloads per seed:
 
-- **fitting**: the claims cut every root of every node into pieces (4, 3+1, 2+2, 2+1+1 or 1+1+1+1), each piece one
+- **fitting** (`fitting_workload` in tests/e2e/test_dra.py, whose e2e test runs seed 26 on the real control
+  plane): the claims cut every root of every node into pieces (4, 3+1, 2+2, 2+1+1 or 1+1+1+1), each piece one
   claim that the node's product suits, then shuffled; `--fill` keeps that share of them. All of them fit at once
   if each goes where it was cut from, so a pod left pending is a placement that spent devices another claim
   needed: a wrong product, or a PCIe root broken.
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler_core import profile  # noqa: E402
 from scheduler_core.dra import state  # noqa: E402
-from tests.e2e.test_dra import DRIVER, claim_spec, random_workload  # noqa: E402
+from tests.e2e.test_dra import fitting_workload, random_workload  # noqa: E402
 from tests.unit import test_dra as build  # noqa: E402
 
 NODES = (("a100-0", "NVIDIA A100-SXM4-40GB", "40Gi"), ("a100-1", "NVIDIA A100-SXM4-40GB", "40Gi"),
@@ -53,25 +54,6 @@ def cluster() -> Any:
     for name, product, memory in NODES:
         resources.set("ResourceSlice", build.gpu_slice(name, product=product, memory=memory))
     return framework
-
-
-H100_ONLY = f"device.attributes['{DRIVER}'].productName.startsWith('NVIDIA H100')"
-UNDER_60GI = f"device.capacity['{DRIVER}'].memory.compareTo(quantity('60Gi')) < 0"
-PIECES = ((4,), (3, 1), (2, 2), (2, 1, 1), (1, 1, 1, 1))
-
-
-def fitting(seed: int, fill: float) -> list[dict[str, Any]]:
-    """Claims that cut every PCIe root into pieces, shuffled; the first `fill` of them."""
-    rng = random.Random(seed)
-    specs = []
-    for _, product, _ in NODES:
-        for _root in range(2):
-            for count in rng.choice(PIECES):
-                narrow = H100_ONLY if "H100" in product else UNDER_60GI
-                specs.append(claim_spec(count, selector=narrow if rng.random() < 0.4 else None,
-                                        match_root=count > 1 and rng.random() < 0.6))
-    rng.shuffle(specs)
-    return specs[: round(len(specs) * fill)]
 
 
 def claims(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     low, _, high = args.seeds.partition("-")
     seeds = list(range(int(low), int(high or low) + 1))
-    workloads = [(f"fitting {float(fill):.0%}", lambda seed, fill=float(fill): fitting(seed, fill))
+    workloads = [(f"fitting {float(fill):.0%}", lambda seed, fill=float(fill): fitting_workload(seed, fill))
                  for fill in args.fill.split(",")] + [("overloaded", random_workload)]
     results = []
     for name, make in workloads:
