@@ -158,6 +158,9 @@ class Plugin:
     """A capability: overrides the extension points it needs; each default does nothing and lets the pod go on."""
 
     name = ""
+    # a pod this plugin's PreEnqueue keeps out is also reported unschedulable with the reason (upstream's PreEnqueue
+    # says nothing; a user waiting on a missing claim should be told)
+    reports_waiting = False
 
     def __init__(self, handle: Handle):
         self.handle = handle
@@ -168,7 +171,8 @@ class Plugin:
         return []
 
     def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
-        """Why the pod may not be tried now (it then waits, neither attempted nor reported), or None."""
+        """Why the pod may not be tried now (it then waits, not attempted, reported only if `reports_waiting`;
+        an update of the pod or a cluster change asks again), or None."""
         return None
 
     def schedule_group(self, pending: watched.PendingPod, nominees: list[tuple[Any, str]]) -> bool:

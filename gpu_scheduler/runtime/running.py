@@ -261,10 +261,15 @@ class LiveScheduler:
     # --- the scheduling cycle -------------------------------------------------------------------
 
     def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
+        gate = self._gate(pending)
+        return gate[1] if gate is not None else None
+
+    def _gate(self, pending: watched.PendingPod) -> tuple[Plugin, str] | None:
+        """The first plugin whose PreEnqueue keeps the pod out, with its reason."""
         for plugin in self.plugins:
             why = plugin.pre_enqueue(pending)
             if why is not None:
-                return why
+                return plugin, why
         return None
 
     def _schedule(self, uid: str) -> None:
@@ -272,10 +277,13 @@ class LiveScheduler:
         if pending is None:
             self.queue.done(uid)
             return
-        why = self.pre_enqueue(pending)
-        if why is not None:  # waits, neither attempted nor reported (upstream's PreEnqueue)
-            self.gated[uid] = why
+        gate = self._gate(pending)
+        if gate is not None:  # waits, not attempted (upstream's PreEnqueue)
+            self.gated[uid] = gate[1]
             self.queue.failed(uid, time.monotonic(), unschedulable=True)
+            if gate[0].reports_waiting:
+                self.report_unschedulable(pending, f"0/{self.model.cluster.node_count} nodes are available: "
+                                                   f"{gate[1]}.")
             return
         self.gated.pop(uid, None)
         nominees = self.model.nominees()

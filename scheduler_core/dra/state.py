@@ -208,6 +208,33 @@ class Resources:
             self._allocator = (self.version, made)
         return self._allocator[1]
 
+    def pre_enqueue(self, namespace: str, name: str, uid: str, wanted: Sequence[claims.PodClaim]) -> str | None:
+        """Upstream's PreEnqueue: why the pod cannot be tried until its claims change (one not made yet, missing,
+        being deleted, or a template's made for another pod), or None. A pod update or a claim event brings it
+        back (upstream's queueing hints)."""
+        for entry in wanted:
+            problem = self._claim_problem(namespace, name, uid, entry)
+            if problem:
+                return problem
+        return None
+
+    def _claim_problem(self, namespace: str, name: str, uid: str, entry: claims.PodClaim) -> str | None:
+        if entry.problem == "not created":
+            return f'pod "{namespace}/{name}": ResourceClaim not created yet'
+        if entry.problem == "unsupported":
+            return f'pod "{namespace}/{name}", spec.resourceClaim "{entry.name}": none of the supported fields are set'
+        if entry.claim_name is None:
+            return None  # the template made no claim for it: nothing to allocate
+        record = self.claims.get((namespace, entry.claim_name))
+        if record is None:
+            return f'resourceclaim.resource.k8s.io "{entry.claim_name}" not found'
+        if record.deleting:
+            return f'resourceclaim "{entry.claim_name}" is being deleted'
+        if entry.from_template and record.controller_uid != uid:
+            return (f"ResourceClaim {namespace}/{entry.claim_name} was not created for Pod {namespace}/{name} "
+                    "(Pod is not owner)")
+        return None
+
     def pre_filter(self, namespace: str, name: str, uid: str, wanted: Sequence[claims.PodClaim], *,
                    now: float | None = None) -> Prepared | str:
         """The pod's claims, or why the pod waits whatever the node (upstream's PreEnqueue and PreFilter). `now`
@@ -216,21 +243,12 @@ class Resources:
         selectors: list[tuple[predicates.Term, ...] | None] = []
         to_allocate: list[int] = []
         for entry in wanted:
-            if entry.problem == "not created":
-                return f'pod "{namespace}/{name}": ResourceClaim not created yet'
-            if entry.problem == "unsupported":
-                return (f'pod "{namespace}/{name}", spec.resourceClaim "{entry.name}": '
-                        "none of the supported fields are set")
+            problem = self._claim_problem(namespace, name, uid, entry)
+            if problem:
+                return problem
             if entry.claim_name is None:
-                continue  # the template made no claim for it: nothing to allocate
-            record = self.claims.get((namespace, entry.claim_name))
-            if record is None:
-                return f'resourceclaim.resource.k8s.io "{entry.claim_name}" not found'
-            if record.deleting:
-                return f'resourceclaim "{entry.claim_name}" is being deleted'
-            if entry.from_template and record.controller_uid != uid:
-                return (f"ResourceClaim {namespace}/{entry.claim_name} was not created for Pod {namespace}/{name} "
-                        "(Pod is not owner)")
+                continue
+            record = self.claims[(namespace, entry.claim_name)]
             allocation = record.allocation or self.assumed.get((namespace, entry.claim_name))
             if record.allocation is None and allocation is not None and uid not in record.reserved_for:
                 return f"resource claim {namespace}/{entry.claim_name} is in the process of being allocated"

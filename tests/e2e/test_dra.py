@@ -309,6 +309,8 @@ def test_hostile_claims_of_a_tenant_harm_no_one_else(run, tenant, api):
         for result in ((found.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []):
             taken.append((result["driver"], result["pool"], result["device"]))
     assert len(taken) == len(set(taken)), "a device is in two claims"
+    for kind in hostile:  # gone, so that later tests do not wait behind schedulers retrying them
+        client.CoreV1Api(api).delete_namespaced_pod(name + kind, namespace, grace_period_seconds=0)
 
 
 def random_workload(seed: int, count: int = 24) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ def documented() -> dict[str, set[str]]:
 
 def implemented() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    points = [name for name in vars(framework.Plugin) if not name.startswith("_") and name != "name"]
+    points = [name for name, value in vars(framework.Plugin).items() if not name.startswith("_") and callable(value)]
     for kind in {*plugins.ALL, *plugins.EXTENDER}:
         module = kind.__module__.rsplit(".", 1)[-1]
         for point in points:

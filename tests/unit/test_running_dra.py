@@ -93,3 +93,27 @@ def test_a_refused_write_unreserves_and_frees_the_device_without_binding(schedul
     assert live.bindings == [] and accounted(live) == {}
     assert live.model.cluster.dra.assumed == {}
     assert "uid-p" in live.model.pending
+
+
+def test_a_pod_whose_template_claim_is_named_after_the_claim_arrived_is_tried_at_once(scheduler, monkeypatch):
+    """The resourceclaim controller makes the claim, then names it in the pod's status; the claim's event may come
+    first. The pod then waits (PreEnqueue), told why, and the update naming its claim brings it back at once,
+    with no other change in the cluster (before, it stayed parked)."""
+    recording(monkeypatch)
+    live = scheduler
+    with_dra(live)
+    live._handle(("resource", "ResourceClaim", "ADDED", build.claim("t", 1, owner="uid-q")))
+    unnamed = build.claiming("q", "t", template=True)
+    unnamed["status"] = {}
+    live._handle(("pod", "ADDED", unnamed))
+    first = live.queue.pop(float("inf"))
+    live._schedule(first)
+    if first != "uid-q":
+        live._schedule(live.queue.pop(float("inf")))
+    assert live.gated.get("uid-q") == 'pod "ns/q": ResourceClaim not created yet'
+    assert live.reported["uid-q"][0] == '0/1 nodes are available: pod "ns/q": ResourceClaim not created yet.'
+    live._handle(("pod", "MODIFIED", build.claiming("q", "t", template=True)))
+    assert "uid-q" not in live.gated
+    while (uid := live.queue.pop(float("inf"))) is not None and uid != "uid-q":
+        pass
+    assert uid == "uid-q"

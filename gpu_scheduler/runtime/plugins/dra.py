@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import writes
 from gpu_scheduler.runtime.framework import BindingCycle, Handle, Plugin, Wait
-from scheduler_core import fields
+from scheduler_core import fields, watched
 from scheduler_core.dra import state as dra_state
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class ClaimWrite:
 
 class DynamicResources(Plugin):
     name = "DynamicResources"
+    reports_waiting = True
 
     def __init__(self, handle: Handle, *, binding_timeout: float = BINDING_TIMEOUT):
         super().__init__(handle)
@@ -59,6 +60,14 @@ class DynamicResources(Plugin):
         return watching.resource_watches(
             client.ResourceV1Api(self.handle.api), lambda kind, items: put(("resources", kind, items)),
             lambda kind, event, obj: put(("resource", kind, event, obj)))
+
+    def pre_enqueue(self, pending: watched.PendingPod) -> str | None:
+        """Upstream's PreEnqueue: a pod whose claims are not made yet (or missing, being deleted, another pod's)
+        waits, told why; the update that names its claim, or the claim's event, brings it back at once."""
+        resources = self.handle.model.cluster.dra
+        if not pending.facts.resource_claims or not resources.ready:
+            return None
+        return resources.pre_enqueue(pending.namespace, pending.name, pending.uid, pending.facts.resource_claims)
 
     def reserve(self, cycle: BindingCycle) -> None:
         pending, resources = cycle.pending, self.handle.model.cluster.dra
