@@ -12,11 +12,13 @@ claims of one template cost as much as one. Which devices a group can use is fou
 the devices of a slice that changes (every device again when the classes change); how many of them are in use is
 kept up to date as devices are taken and freed.
 A request that the pod's node choice cannot change (`allocationMode: All`, admin access, selectors of an unknown
-kind) asks nothing here. This is a preference among allowed nodes only: it never decides whether a node fits.
+kind) asks nothing here, and only the GROUPS_WEIGHED groups that ask the most weigh. This is a preference among
+allowed nodes only: it never decides whether a node fits.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -42,6 +44,9 @@ def groups_of(claim: claims.Claim) -> Iterable[tuple[Group, int]]:
 Kind = frozenset[Group]  # the groups that can use a device: devices of one kind are pressed alike
 NONE: Kind = frozenset()
 KEPT = 100_000  # allocations whose kinds are kept; all are dropped past this
+# Only the groups asking the most devices weigh: matching a group against every device costs a CEL evaluation per
+# device once, and a tenant writing thousands of distinct specs must not make every decision pay that.
+GROUPS_WEIGHED = 32
 
 
 class Demand:
@@ -101,13 +106,18 @@ class Demand:
         if self._unseen:
             unseen, self._unseen = self._unseen, []
             self._match(made, [device for one in unseen for device in one.devices], list(self._usable))
-        new = [group for group in self.asked if group not in self._usable]
+        weighed = [group for group, _ in heapq.nlargest(GROUPS_WEIGHED, self.asked.items(),
+                                                        key=lambda item: (item[1], item[0]))]
+        new = [group for group in weighed if group not in self._usable]
         if new:
+            if len(self._usable) + len(new) > 2 * GROUPS_WEIGHED:  # many specs come and go: start over
+                self.reset()
+                new = weighed
             for group in new:
                 self._usable[group] = set()
             self._match(made, list(devices()), new)
-        share = {group: asked / max(len(self._usable[group]) - self._busy[group], 1)
-                 for group, asked in self.asked.items()}
+        share = {group: self.asked[group] / max(len(self._usable[group]) - self._busy[group], 1)
+                 for group in weighed}
         return Pressure(self, share)
 
     def kinds(self, allocations: list[dict[str, Any]]) -> tuple[Kind, ...]:

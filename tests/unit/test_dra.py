@@ -415,3 +415,22 @@ def test_preemption_never_counts_devices_freed_and_dry_runs_each_claim_on_its_ow
     assert isinstance(chosen, preemption.Victims) and [p.key for p in chosen.pods] == ["ns/low"]
     assert not isinstance(evaluator.preempt(prioritized_claiming("greedy", "too-many", 100, cpu="10")),
                           preemption.Victims)
+
+
+def test_thousands_of_distinct_claim_specs_weigh_only_the_largest_groups():
+    """A tenant writing many distinct selectors does not make every decision match each against every device:
+    only the groups asking the most weigh, and the groups matched stay bounded."""
+    from scheduler_core.dra import demand
+
+    framework = two_products()
+    resources = framework.cluster.dra
+    for index in range(300):
+        resources.set("ResourceClaim", claim(f"odd-{index}", selector=f"device.attributes['{DRIVER}'].uuid != "
+                                                                       f"'x{index}'"))
+    for index in range(3):
+        resources.set("ResourceClaim", claim(f"h100-{index}", 4, selector=H100_ONLY))
+    pressure = resources.pressure()
+    assert len(resources.demand._usable) <= 2 * demand.GROUPS_WEIGHED
+    assert pressure((DRIVER, "h", "gpu-0")) > pressure((DRIVER, "a", "gpu-0"))  # the H100 group weighs
+    resources.set("ResourceClaim", claim("any"))
+    assert framework.place(facts(claiming("p", "any"))).node == "a"
