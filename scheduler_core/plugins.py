@@ -720,15 +720,17 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     wanted = [request for index in prepared.to_allocate for request in prepared.records[index].claim.requests]
     fixed = (sum(request[0].count for request in wanted)  # the same on every node: exact counts, no alternatives
              if all(len(request) == 1 and request[0].mode == dra_claims.EXACT_COUNT for request in wanted) else None)
+    totals, used = np.zeros(rows.size), np.zeros(rows.size)  # per candidate: devices, and in use after
+    all_facts, devices_on = cycle.cluster.facts, resources.devices_on
     for position, row in enumerate(rows.tolist()):
-        outcome, facts = outcomes.get(row), cycle.cluster.facts[row]
-        if not isinstance(outcome, list) or not outcome or facts is None:
+        outcome = outcomes.get(row)
+        if outcome.__class__ is not list or not outcome or (facts := all_facts[row]) is None:
             continue
-        total, in_use = resources.devices_on(facts)
-        if total:
-            more = fixed if fixed is not None else dra_allocator.devices_in(outcome)
-            share = min(in_use + more, total) / total
-            scores[position] = 100.0 * share if cycle.node_policy == "binpack" else 100.0 * (1.0 - share)
+        total, in_use = devices_on(facts)
+        totals[position] = total
+        used[position] = in_use + (fixed if fixed is not None else dra_allocator.devices_in(outcome))
+    share = np.divide(np.minimum(used, totals), totals, out=np.zeros(rows.size), where=totals > 0)
+    scores = 100.0 * share if cycle.node_policy == "binpack" else np.where(totals > 0, 100.0 * (1.0 - share), 0.0)
     return scores
 
 
