@@ -31,12 +31,9 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 
 # 1. A writable copy of the module as released (the module cache is read-only), fetched via a
 #    throwaway module when it is not cached yet.
-src=$(go env GOMODCACHE)/$mod@$version
-if [ ! -d "$src" ]; then
-	(cd "$work" && go mod init throwaway >/dev/null 2>&1 && go mod download "$mod@$version")
-fi
-cp -r "$src" "$work/m"
-chmod -R u+w "$work/m"
+# shellcheck source=hack/module-copy.sh
+. "$repo/hack/module-copy.sh"
+writable_module_copy "$mod" "$version" "$work"
 cd "$work/m"
 
 # 2. Upstream's tests must pass unmodified, or the recorded outcomes would mean nothing.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Regenerate tests/data/upstream/dra_plugin.json: kube-scheduler v1.36.3's DynamicResources
+# plugin test table (TestPlugin's `testcases` in k8s.io/kubernetes@v1.36.3
+# pkg/scheduler/framework/plugins/dynamicresources/dynamicresources_test.go) as data: each
+# case's inputs as Kubernetes objects, its feature switches, and the PreEnqueue, PreFilter and
+# per-node Filter statuses upstream's plugin returned, beside the ones the table expects.
+#
+#   hack/upstream-dra-plugin-table.sh      # needs Go >= 1.26 and the module proxy (or a warm module cache)
+#
+# The facts are upstream's: a case is written only after all of upstream's own assertions for
+# it passed (a case that fails upstream fails this script). The code that checks our scheduler
+# core against this data is ours (tests/unit/test_upstream_dra_plugin.py); it also decides
+# which cases we cannot model. Nothing is edited by hand; the output is sorted and
+# byte-identical on every run (see the note on time stamps in
+# hack/upstream-dra-plugin-table/zz_dump.go.txt).
+#
+# k8s.io/kubernetes as a module refers to its staging modules (k8s.io/api, ...) by relative
+# paths that its module zip does not contain; the copy's go.mod points them at the released
+# v0.36.3 modules instead, which is what v1.36.3 was tagged with.
+set -euo pipefail
+
+version=v1.36.3
+staging=v0.36.3
+mod=k8s.io/kubernetes
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=$repo/tests/data/upstream/dra_plugin.json
+export GOWORK=off GOFLAGS=-mod=mod
+
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+
+# 1. A writable copy of the module as released (the module cache is read-only), fetched via a
+#    throwaway module when it is not cached yet; staging modules replaced by their releases.
+# shellcheck source=hack/module-copy.sh
+. "$repo/hack/module-copy.sh"
+writable_module_copy "$mod" "$version" "$work"
+cd "$work/m"
+rm -f go.work go.work.sum
+for dep in $(sed -n '/^replace (/,/^)/p' go.mod | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}'); do
+	go mod edit -replace="$dep=$dep@$staging"
+done
+
+# 2. Hook our recorder (zz_dump_test.go) into testPlugin: note when the table is built and
+#    when patchTestCase runs (time stamps), set up the records once per run, begin a record
+#    after each case's setup and finish it in a deferred call, i.e. after upstream's
+#    assertions, and note each PreEnqueue, PreFilter and Filter status.
+pkg=pkg/scheduler/framework/plugins/dynamicresources
+cp "$repo/hack/upstream-dra-plugin-table/zz_dump.go.txt" "$pkg/zz_dump_test.go"
+sed -i \
+	-e 's/^\(\t*\)\(testcases := map\[string\]testPluginCase{\)$/\1dumpTableBuilt = time.Now()\n\1\2/' \
+	-e 's/^\(\t*\)\(if len(tc.skipOnWindows) > 0 \&\& goruntime.GOOS == "windows" {\)$/\1dumpTable(tCtx, testcases)\n\1\2/' \
+	-e 's/^\(\t*\)\(if tc.patchTestCase != nil {\)$/\1dumpPatchedAt = time.Now()\n\1\2/' \
+	-e 's/^\(\t*\)\(testCtx := setup(tCtx, tc.args, nodes, tc.claims, tc.classes, tc.podGroups, tc.objs, feats, tc.failPatch, tc.reactors)\)$/\1\2\n\1dumpRec := dumpBegin(name, \&tc, nodes)\n\1defer dumpRec.finish(tCtx)/' \
+	-e 's/^\(\t*\)\(status := testCtx.p.PreEnqueue(tCtx, tc.pod)\)$/\1\2\n\1dumpRec.preEnqueue(status)/' \
+	-e 's/^\(\t*\)\(result, status := testCtx.p.PreFilter(tCtx, testCtx.state, tc.pod, \[\]fwk.NodeInfo{nodeInfo})\)$/\1\2\n\1dumpRec.preFilter(status)/' \
+	-e 's/^\(\t*\)\(status = testCtx.p.Filter(ctx, testCtx.state, tc.pod, nodeInfo)\)$/\1\2\n\1dumpRec.filter(nodeInfo.Node().Name, status)/' \
+	"$pkg/dynamicresources_test.go"
+for hook in 'dumpTableBuilt = ' 'dumpTable(' 'dumpPatchedAt = ' 'dumpRec := dumpBegin(' 'defer dumpRec.finish(' 'dumpRec.preEnqueue(' 'dumpRec.preFilter(' 'dumpRec.filter('; do
+	# fail loudly if upstream's code moved
+	[ "$(grep -cF "$hook" "$pkg/dynamicresources_test.go")" = 1 ] || { echo "patch for $hook did not apply" >&2; exit 1; }
+done
+
+# 3. Run TestPlugin twice (-count=2: the recorder fails if any case's record differs between
+#    the runs, or if any case was not recorded) and install the result.
+DRA_TABLE_OUT=$work/out.json go test -count=2 -run '^TestPlugin$' "./$pkg/"
+mkdir -p "$(dirname "$out")"
+mv "$work/out.json" "$out"
+python3 - "$out" <<'EOF'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+print("%d cases: %d rejected in PreEnqueue, %d in PreFilter, %d with a Filter rejection or error" % (
+    len(cases), sum(c["preenqueue"]["got"] is not None for c in cases),
+    sum((c["prefilter"] or {}).get("got") is not None and c["prefilter"]["got"]["code"] != "Skip" for c in cases),
+    sum(any(p["got"] is not None for p in c["filter"].values()) for c in cases)))
+EOF
