@@ -756,9 +756,9 @@ def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Upstream's DynamicResources Score: a node where a claim's earlier `firstAvailable` alternative could be
     allocated scores higher (8 - its index, summed), normalised to 0..100 over the candidates."""
     outcomes, prepared = cycle.extras.get("dra-outcomes"), cycle.extras.get("dra")
-    raw = np.zeros(rows.size)
+    raw = np.zeros(rows.size, dtype=np.int64)
     if not outcomes or prepared is None or not any(any(r.claim.prioritized) for r in prepared.records):
-        return raw
+        return raw.astype(float)
     already = sum(dra_allocator.alternative_score(record.claim, record.allocation or {})
                   for record in prepared.records if record.allocation is not None)
     for position, row in enumerate(rows.tolist()):
@@ -767,8 +767,7 @@ def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
             raw[position] = already + sum(
                 dra_allocator.alternative_score(prepared.records[index].claim, allocation)
                 for index, allocation in zip(prepared.to_allocate, outcome))
-    top = raw.max() if raw.size else 0.0
-    return raw * 100.0 / top if top > 0 else raw
+    return _normalized(raw, reverse=False)  # helper.DefaultNormalizeScore: whole numbers, rounded down
 
 
 def spot_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
