@@ -180,15 +180,6 @@ class Pressure:
 
     def of_each(self, outcomes: Iterable[object]) -> list[float]:
         """`of` for each of many nodes' outcomes, NaN where one is not a list of allocations (the node does not
-        fit). The loop a decision runs over every node: the kept kinds are looked up here, not through calls."""
-        kept, of, nan = self._demand._kinds_in, self.of, float("nan")
-        memo = self._of_kinds
-        found: list[float] = []
-        for outcome in outcomes:
-            if outcome.__class__ is not list:
-                found.append(nan)
-                continue
-            known = kept.get(id(outcome))
-            cost = memo.get(known[1]) if known is not None and known[0] is outcome else None
-            found.append(of(outcome) if cost is None else cost)
-        return found
+        fit)."""
+        nan = float("nan")
+        return [self.of(outcome) if outcome.__class__ is list else nan for outcome in outcomes]
