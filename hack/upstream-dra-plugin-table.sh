@@ -14,33 +14,18 @@
 # which cases we cannot model. Nothing is edited by hand; the output is sorted and
 # byte-identical on every run (see the note on time stamps in
 # hack/upstream-dra-plugin-table/zz_dump.go.txt).
-#
-# k8s.io/kubernetes as a module refers to its staging modules (k8s.io/api, ...) by relative
-# paths that its module zip does not contain; the copy's go.mod points them at the released
-# v0.36.3 modules instead, which is what v1.36.3 was tagged with.
 set -euo pipefail
 
 version=v1.36.3
 staging=v0.36.3
-mod=k8s.io/kubernetes
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=$repo/tests/data/upstream/dra_plugin.json
 score_out=$repo/tests/data/upstream/dra_score.json
-export GOWORK=off GOFLAGS=-mod=mod
 
-work=$(mktemp -d)
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-
-# 1. A writable copy of the module as released (the module cache is read-only), fetched via a
-#    throwaway module when it is not cached yet; staging modules replaced by their releases.
+# 1. A writable copy of k8s.io/kubernetes as released, with its staging modules' releases.
 # shellcheck source=hack/module-copy.sh
 . "$repo/hack/module-copy.sh"
-writable_module_copy "$mod" "$version" "$work"
-cd "$work/m"
-rm -f go.work go.work.sum
-for dep in $(sed -n '/^replace (/,/^)/p' go.mod | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}'); do
-	go mod edit -replace="$dep=$dep@$staging"
-done
+kubernetes_module_copy "$version" "$staging"
 
 # 2. Hook our recorder (zz_dump_test.go) into testPlugin: note when the table is built and
 #    when patchTestCase runs (time stamps), set up the records once per run, begin a record

@@ -140,6 +140,59 @@ class Cluster:
     def column(self, resource: str) -> int | None:
         return self.resources.get(resource)
 
+    def served_by_dra(self, resource: str) -> np.ndarray | None:
+        """The rows where DRA serves `resource` (a DeviceClass names it, once the DRA objects are listed, and the
+        node's allocatable has none of it); None when no class names it."""
+        if self.dra.serving(resource) is None:
+            return None
+        column = self.resources.get(resource)
+        if column is None:
+            return np.ones(self.size, dtype=bool)
+        return self.alloc[column, : self.size] == 0
+
+    def gpus_by_dra(self, pod: PodFacts) -> np.ndarray | None:
+        """The rows where DRA, not the device plugin, serves the pod's whole GPUs (every GPU resource it asks for);
+        None when it serves them nowhere."""
+        if not pod.gpus:
+            return None
+        found = None
+        for resource in self.gpu_resources:
+            if pod.requests.get(resource):
+                served = self.served_by_dra(resource)
+                if served is None:
+                    return None
+                found = served if found is None else found & served
+        return found
+
+    def device_free(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's GPUs as thousandths free, one column per GPU: the device plugin's, or for a node without
+        any, its DRA devices (whole: free or in use), so placement quality sees one kind of GPU."""
+        free = self.gpu_free[rows]
+        if not self.dra.slices or not self.dra.ready:
+            return free
+        dra_rows = np.flatnonzero(self.gpu_count[rows] == 0)
+        if not dra_rows.size:
+            return free
+        counts = []
+        for position in dra_rows.tolist():
+            facts = self.facts[int(rows[position])]
+            counts.append(self.dra.devices_on(facts) if facts is not None else (0, 0))
+        widest = max(total for total, _ in counts)
+        if not widest:
+            return free
+        if widest > free.shape[1]:
+            free = np.pad(free, ((0, 0), (0, widest - free.shape[1])))
+        else:
+            free = free.copy()
+        for position, (total, in_use) in zip(dra_rows.tolist(), counts):
+            free[position, : max(total - in_use, 0)] = GPU_MILLI
+        return free
+
+    def _device_plugin_gpus(self, row: int, pod: PodFacts) -> int:
+        """The whole GPUs the device plugin gives the pod on this row (none where DRA serves them)."""
+        served = self.gpus_by_dra(pod)
+        return 0 if served is not None and served[row] else pod.gpus
+
     # --- nodes ------------------------------------------------------------------------------
 
     def set_node(self, facts: NodeFacts) -> int:
@@ -484,7 +537,8 @@ class Cluster:
 
     def _conflict(self, row: int, pod: PodFacts, devices: tuple[Device, ...]) -> str | None:
         """Why `devices` cannot be the pod's on this row (exactly its request, and free), or None when they can."""
-        wanted = (GPU_MILLI,) * pod.gpus if pod.gpus else ((pod.gpu_milli,) if pod.gpu_milli else ())
+        gpus = self._device_plugin_gpus(row, pod)
+        wanted = (GPU_MILLI,) * gpus if gpus else ((pod.gpu_milli,) if pod.gpu_milli else ())
         reason: str | None
         if tuple(d.milli for d in devices) != wanted or len({d.index for d in devices}) != len(devices):
             reason = f"disagrees with the pod's request ({_request(pod)})"
@@ -505,7 +559,7 @@ class Cluster:
         """Devices for a pod whose placement does not say: the lowest-numbered that fit."""
         free = self.gpu_free[row, : self.gpu_count[row]]
         if pod.gpus:
-            idle = np.flatnonzero(free == GPU_MILLI)[: pod.gpus]
+            idle = np.flatnonzero(free == GPU_MILLI)[: self._device_plugin_gpus(row, pod)]
             return tuple(Device(int(i), GPU_MILLI) for i in idle)
         if pod.gpu_milli:
             fits = np.flatnonzero(free >= pod.gpu_milli)

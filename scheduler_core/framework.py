@@ -18,6 +18,8 @@ import numpy as np
 
 from scheduler_core import placement, plugins, profile, volumes, workloads
 from scheduler_core.cluster import Cluster
+from scheduler_core.dra import extended as dra_extended
+from scheduler_core.dra import state as dra_state
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.pods import Device, PodFacts
 
@@ -32,6 +34,16 @@ class Decision:
     volume_plan: volumes.Plan | None = None  # claims to bind or provision on `node` before the pod is bound there
     # DRA: the allocation of each ResourceClaim (namespace, name) the pod allocates on `node`, written before binding
     claim_allocations: tuple[tuple[tuple[str, str], dict[str, Any]], ...] = ()
+    # DRA: the claim to make for the pod's extended resources on `node` (where DRA serves them), and its allocation
+    extended_claim: tuple[dra_state.NodeClaim, dict[str, Any]] | None = None
+
+    def held_claims(self, pod: PodFacts) -> tuple[tuple[tuple[str, str], dict[str, Any]], ...]:
+        """Every allocation the decision makes, by the key the model assumes it under until the claim's status
+        shows it: the pod's claims, and the claim for its extended resources (not named yet)."""
+        if self.extended_claim is None:
+            return self.claim_allocations
+        pending = dra_extended.pending_key(pod.namespace, pod.identity)
+        return (*self.claim_allocations, (pending, self.extended_claim[1]))
 
 
 class Framework:
@@ -116,7 +128,8 @@ class Framework:
                 for r in top
             }
         return Decision(pod.key, node, devices, scores=scores, volume_plan=plugins.volume_plan(cycle, row),
-                        claim_allocations=plugins.claim_allocations(cycle, row))
+                        claim_allocations=plugins.claim_allocations(cycle, row),
+                        extended_claim=plugins.extended_claim(cycle, row))
 
     def _pre_score_problem(self, pod: PodFacts) -> str | None:
         """Why kube-scheduler's PreScore fails the pod, in its plugins' order: what a score plugin in use scores
@@ -232,7 +245,7 @@ class Framework:
         decision = self.decide(pod, explain=explain)
         if decision.node is not None:
             self.cluster.assign(pod, decision.node, decision.devices)
-            for claim_key, allocation in decision.claim_allocations:
+            for claim_key, allocation in decision.held_claims(pod):
                 self.cluster.dra.assume(claim_key, allocation)
         return decision
 
@@ -247,6 +260,9 @@ class Framework:
         return None
 
     def _devices(self, row: int, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
+        served = self.cluster.gpus_by_dra(pod)
+        if served is not None and served[row]:
+            return ()  # DRA's devices, allocated in the pod's claim
         return self._devices_on(self.cluster.gpu_free[row, : self.cluster.gpu_count[row]], pod, proposed)
 
     def _devices_on(self, free: np.ndarray, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:

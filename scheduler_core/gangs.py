@@ -193,7 +193,7 @@ def _trial(framework: Framework, members: list[PodFacts], within: np.ndarray | N
                            decision.node, decision.devices)
             if decision.volume_plan is not None:  # the volumes it would bind or provision are not the next one's
                 cluster.storage.assume(decision.volume_plan)
-            for claim_key, allocation in decision.claim_allocations:  # nor are the devices its claims would hold
+            for claim_key, allocation in decision.held_claims(member):  # nor are the devices its claims would hold
                 cluster.dra.assume(claim_key, allocation)
             decided.append((member, decision))
     finally:
@@ -201,7 +201,7 @@ def _trial(framework: Framework, members: list[PodFacts], within: np.ndarray | N
             cluster.unassign(member.identity)
             if decision.volume_plan is not None:
                 cluster.storage.forget(decision.volume_plan)
-            for claim_key, _ in decision.claim_allocations:
+            for claim_key, _ in decision.held_claims(member):
                 cluster.dra.forget(claim_key)
     return decided, unplaced
 

@@ -23,7 +23,7 @@ from scheduler_core.dra import claims as dra_claims
 from scheduler_core.dra import state as dra_state
 from scheduler_core.cluster import Cluster, RowMemo
 from scheduler_core.nodes import GPU_MILLI, MILLI, UNSCHEDULABLE_TAINT
-from scheduler_core.pods import PodFacts
+from scheduler_core.pods import MILLI_ANNOTATION, PodFacts
 
 Failures = list[tuple[np.ndarray, str]]
 BALANCED_RESOURCES = ("cpu", "memory")  # NodeResourcesBalancedAllocation's default resources
@@ -151,10 +151,36 @@ def spot_policy(cycle: Cycle) -> Failures:
     return []
 
 
+def _gpus_by_dra(cycle: Cycle) -> np.ndarray | None:
+    """The rows where DRA serves the pod's whole GPUs (Cluster.gpus_by_dra), once per cycle; the device-plugin GPU
+    filters leave them to DynamicResources."""
+    if "gpus-by-dra" not in cycle.extras:
+        cycle.extras["gpus-by-dra"] = cycle.cluster.gpus_by_dra(cycle.pod)
+    found: np.ndarray | None = cycle.extras["gpus-by-dra"]
+    return found
+
+
+def _device_plugin_rows(cycle: Cycle, fails: np.ndarray) -> np.ndarray:
+    served = _gpus_by_dra(cycle)
+    return fails if served is None else fails & ~served
+
+
+SHARES_NOT_ON_DRA = (f"node(s) offer GPUs only through DRA, and {MILLI_ANNOTATION} shares are served by the "
+                     "device plugin only (ask for a ResourceClaim instead)")
+
+
 def gpu_present(cycle: Cycle) -> Failures:
-    if not cycle.pod.wants_gpu:
+    pod, cluster = cycle.pod, cycle.cluster
+    if not pod.wants_gpu:
         return []
-    return [(cycle.cluster.gpu_count[: cycle.rows] == 0, "node(s) had no GPUs")]
+    none = cluster.gpu_count[: cycle.rows] == 0
+    if pod.gpu_milli and none.any() and cluster.dra.ready and cluster.dra.slices:
+        dra = np.zeros(cycle.rows, dtype=bool)
+        for row in np.flatnonzero(none & cycle.extras.get("alive", cluster.present[: cycle.rows])).tolist():
+            facts = cluster.facts[row]
+            dra[row] = facts is not None and cluster.dra.devices_on(facts)[0] > 0
+        return [(none & ~dra, "node(s) had no GPUs"), (dra, SHARES_NOT_ON_DRA)]
+    return [(_device_plugin_rows(cycle, none), "node(s) had no GPUs")]
 
 
 def gpu_model(cycle: Cycle) -> Failures:
@@ -174,7 +200,8 @@ def gpu_model(cycle: Cycle) -> Failures:
             fails[row] = not verdicts[model]
         return fails
 
-    return [(cycle.cached(("model", pod.models), compute), f"GPU model mismatch (want {pod.model})")]
+    return [(_device_plugin_rows(cycle, cycle.cached(("model", pod.models), compute)),
+             f"GPU model mismatch (want {pod.model})")]
 
 
 def gpu_memory(cycle: Cycle) -> Failures:
@@ -183,8 +210,9 @@ def gpu_memory(cycle: Cycle) -> Failures:
         return []
     memory = cycle.cluster.gpu_memory[: cycle.rows]
     return [
-        (memory == 0, f"GPU memory unknown (want >= {want} MiB per GPU)"),
-        ((memory > 0) & (memory < want), f"GPU memory too small (want >= {want} MiB per GPU)"),
+        (_device_plugin_rows(cycle, memory == 0), f"GPU memory unknown (want >= {want} MiB per GPU)"),
+        (_device_plugin_rows(cycle, (memory > 0) & (memory < want)),
+         f"GPU memory too small (want >= {want} MiB per GPU)"),
     ]
 
 
@@ -195,10 +223,12 @@ def resources_fit(cycle: Cycle) -> Failures:
         column = cluster.column(resource)
         reason = "Too many pods" if resource == "pods" else f"Insufficient {resource}"
         if column is None:
-            failures.append((np.ones(cycle.rows, dtype=bool), reason))
-            continue
-        free = cluster.alloc[column, : cycle.rows] - cluster.used[column, : cycle.rows]
-        failures.append((free < amount, reason))
+            fails = np.ones(cycle.rows, dtype=bool)
+        else:
+            fails = cluster.alloc[column, : cycle.rows] - cluster.used[column, : cycle.rows] < amount
+        if cycle.pod.extended_asks and (served := cluster.served_by_dra(resource)) is not None:
+            fails &= ~served  # DynamicResources allocates it there
+        failures.append((fails, reason))
     return failures
 
 
@@ -206,7 +236,8 @@ def gpu_devices(cycle: Cycle) -> Failures:
     pod, cluster = cycle.pod, cycle.cluster
     if pod.gpus:
         idle = cluster.whole_free[: cycle.rows]
-        return [(idle < pod.gpus, f"node(s) had fewer than {pod.gpus} idle GPU(s) (the rest are shared)")]
+        return [(_device_plugin_rows(cycle, idle < pod.gpus),
+                 f"node(s) had fewer than {pod.gpus} idle GPU(s) (the rest are shared)")]
     if pod.gpu_milli:
         free = cluster.gpu_free[: cycle.rows]
         best = np.where(free >= pod.gpu_milli, free, GPU_MILLI + 1).min(axis=1)
@@ -316,15 +347,18 @@ def dynamic_resources_pre(cycle: Cycle) -> str | None:
     """DynamicResources' PreEnqueue and PreFilter: every claim of the pod exists, is the pod's own (a template's),
     is not being deleted or allocated for another pod, and asks for classes that exist."""
     pod = cycle.pod
-    if not pod.resource_claims:
+    if not pod.resource_claims and not pod.extended_asks:
         return None
     resources = cycle.cluster.dra
     if not resources.ready:
-        return DRA_UNKNOWN
-    found = resources.pre_filter(pod.namespace, pod.key.partition("/")[2], pod.uid, pod.resource_claims)
+        # extended resources alone: until the DeviceClasses are known only the device plugin serves them
+        return DRA_UNKNOWN if pod.resource_claims else None
+    found = resources.pre_filter(pod.namespace, pod.key.partition("/")[2], pod.uid, pod.resource_claims,
+                                 asks=pod.extended_asks)
     if isinstance(found, str):
         return found
-    cycle.extras["dra"] = found
+    if found.records or found.extended is not None:
+        cycle.extras["dra"] = found
     return None
 
 
@@ -350,8 +384,8 @@ def dynamic_resources(cycle: Cycle) -> Failures:
             outcomes[row] = failed
             continue
         try:
-            outcome = resources.filter(node, prepared, gpu_policy=cycle.gpu_policy, models=pod.models,
-                                       min_memory_mib=pod.min_gpu_memory_mib)
+            outcome = resources.filter(node, prepared, allocatable=node.allocatable, gpu_policy=cycle.gpu_policy,
+                                       models=pod.models, min_memory_mib=pod.min_gpu_memory_mib)
         except dra_allocator.AllocationError as err:
             # as upstream, an error ends the pod's attempt: no other node is tried, each is told this
             outcome = failed = cycle.extras["dra-error"] = str(err)
@@ -381,6 +415,20 @@ def claim_allocations(cycle: Cycle, row: int) -> tuple[tuple[tuple[str, str], di
         return ()
     return tuple(((cycle.pod.namespace, prepared.records[index].claim.name), dict(allocation))
                  for index, allocation in zip(prepared.to_allocate, outcome))
+
+
+def extended_claim(cycle: Cycle, row: int) -> tuple[dra_state.NodeClaim, dict[str, Any]] | None:
+    """The claim to make for the pod's extended resources on the chosen node, with its allocation; None when DRA
+    serves none of them there."""
+    prepared = cycle.extras.get("dra")
+    outcome = cycle.extras.get("dra-outcomes", {}).get(row)
+    facts = cycle.cluster.facts[row]
+    if prepared is None or prepared.extended is None or not isinstance(outcome, list) or facts is None:
+        return None
+    node_claim = prepared.extended.node_claim(facts.allocatable)
+    if node_claim is None or len(outcome) <= len(prepared.to_allocate):
+        return None
+    return node_claim, dict(outcome[len(prepared.to_allocate)])
 
 
 PRE_FILTERS: tuple[tuple[str, Callable[[Cycle], str | None]], ...] = (
@@ -618,7 +666,8 @@ def gpu_placement(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     after = (cluster.gpu_used[rows] + demand) / np.maximum(total, 1)
     node_score = 100.0 * after if cycle.node_policy == "binpack" else 100.0 * (1.0 - after)
     if not pod.gpu_milli:
-        return node_score
+        served = _gpus_by_dra(cycle)  # there the GPUs are DRA devices, which dra-devices scores
+        return node_score if served is None else np.where(served[rows], 0.0, node_score)
     best = cycle.extras["best_fit_free"][rows]
     if cycle.gpu_policy == "binpack":
         device_score = 100.0 - (best - pod.gpu_milli) / 10.0
@@ -710,8 +759,9 @@ def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 
 def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
-    """Ours, for pods with DRA claims: the share of the node's devices in use once the claims are allocated there,
-    as nodePolicy wants it (binpack: fuller nodes first; spread: emptier). 0 for other pods."""
+    """Ours, for pods with DRA claims (or extended resources DRA serves): the share of the node's devices in use
+    once the claims are allocated there, as nodePolicy wants it (binpack: fuller nodes first; spread: emptier).
+    0 for other pods, and on nodes where nothing is allocated for the pod."""
     outcomes = cycle.extras.get("dra-outcomes")
     scores = np.zeros(rows.size)
     if not outcomes:
@@ -719,7 +769,8 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     resources, prepared = cycle.cluster.dra, cycle.extras["dra"]
     wanted = [request for index in prepared.to_allocate for request in prepared.records[index].claim.requests]
     fixed = (sum(request[0].count for request in wanted)  # the same on every node: exact counts, no alternatives
-             if all(len(request) == 1 and request[0].mode == dra_claims.EXACT_COUNT for request in wanted) else None)
+             if prepared.extended is None
+             and all(len(request) == 1 and request[0].mode == dra_claims.EXACT_COUNT for request in wanted) else None)
     totals, used = np.zeros(rows.size), np.zeros(rows.size)  # per candidate: devices, and in use after
     all_facts, devices_on = cycle.cluster.facts, resources.devices_on
     for position, row in enumerate(rows.tolist()):

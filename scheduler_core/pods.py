@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 from scheduler_core import fields, podaffinity, podgroups, predicates, quantity, requests, spread, volumes
 from scheduler_core.dra import claims as dra_claims
+from scheduler_core.dra import extended as dra_extended
 from scheduler_core.nodes import GPU_MILLI, MAX_GPUS, MAX_IMAGE_NAME, MILLI, scheduled_milli
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -99,6 +100,8 @@ class PodFacts:
     group_min_member: int | None = None  # of a group an admin's rule formed: the minMember the pod carries
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates' names: while any is left, the pod is not tried
     resource_claims: tuple[dra_claims.PodClaim, ...] = ()  # spec.resourceClaims, resolved through the pod's status
+    # containers asking for extended resources, which a DeviceClass may serve through DRA (scheduler_core.dra.extended)
+    extended_asks: tuple[dra_extended.ContainerAsk, ...] = ()
 
     @property
     def namespace(self) -> str:
@@ -207,6 +210,7 @@ def parse(
         group_min_member=group_min_member,
         scheduling_gates=scheduling_gates_of(spec),
         resource_claims=dra_claims.pod_claims(spec, status),
+        extended_asks=dra_extended.container_asks(spec) if any(map(dra_extended.is_extended_name, effective)) else (),
     )
 
 

@@ -369,10 +369,12 @@ class Evaluator:
 def _node_local(pod: PodFacts, cluster: Any) -> bool:
     """Whether the pod fits a node or not by the requests and GPU devices of the pods there alone: no inter-pod
     affinity or hard topology spread of its own, no placed pod's required anti-affinity anywhere, no host ports, no
-    volumes (whose filters read the pods' own), no DRA claims (whose fit is the claim's, not the requests')."""
+    volumes (whose filters read the pods' own), no DRA claims or extended resources DRA may serve (whose fit is the
+    claim's, not the requests')."""
     return (pod.pod_affinity is None and (pod.topology_spread is None or not pod.topology_spread.hard)
             and not cluster.pod_index.anti_terms and not pod.host_ports and not pod.volumes
-            and not pod.resource_claims)
+            and not pod.resource_claims
+            and not any(cluster.dra.serving(r) for ask in pod.extended_asks for r in ask.asks))
 
 
 def decide(framework: Any, pod: PodFacts, nominees: Sequence[tuple[PodFacts, str]]) -> tuple[Any, dict[int, str]]:

@@ -243,7 +243,7 @@ class NodeState:
 def state_of(cluster: Cluster, rows: np.ndarray) -> NodeState:
     cpu, memory = cluster.resources["cpu"], cluster.resources["memory"]
     return NodeState(
-        cluster.gpu_free[rows],
+        cluster.device_free(rows),
         cluster.alloc[cpu, rows] - cluster.used[cpu, rows],
         cluster.alloc[memory, rows] - cluster.used[memory, rows],
     )

@@ -15,11 +15,11 @@ import json
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_core import fields, predicates
-from scheduler_core.dra import allocator, claims, demand, policy, pools, slices
+from scheduler_core.dra import allocator, claims, demand, extended, policy, pools, slices
 from scheduler_core.dra.slices import NodeLike
 
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim")
@@ -30,6 +30,8 @@ BINDING_TIMEOUT = 600.0  # seconds devices may take to meet their binding condit
 # Filter reasons (upstream's words)
 NOT_AVAILABLE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE = "cannot allocate all claims"
+STALE_EXTENDED = "cannot schedule extended resource claim"
+CANNOT_FIT = "cannot fit resource"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class ClaimRecord:
     reserved_for: tuple[str, ...]  # uids
     controller_uid: str | None
     deleting: bool
+    extended_for: str | None = None  # the pod uid, for the claim the scheduler made for a pod's extended resources
 
 
 def read_claim(obj: Mapping[str, Any]) -> ClaimRecord:
@@ -51,7 +54,57 @@ def read_claim(obj: Mapping[str, Any]) -> ClaimRecord:
     return ClaimRecord(
         obj=obj, claim=claims.parse(obj), allocation=allocation if fields.is_object(allocation) else None,
         reserved_for=tuple(str(fields.mapping(r).get("uid")) for r in fields.sequence(status.get("reservedFor"))),
-        controller_uid=controller, deleting=meta.get("deletionTimestamp") is not None)
+        controller_uid=controller, deleting=meta.get("deletionTimestamp") is not None,
+        extended_for=owner[1] if (owner := extended.owned_by(obj)) is not None else None)
+
+
+@dataclass(frozen=True)
+class Extended:
+    """The extended resources a pod asks for that DeviceClasses serve, which DRA serves on a node without them in
+    its allocatable, through one claim the scheduler makes for the pod."""
+
+    namespace: str
+    classes: Mapping[str, str]  # resource -> the DeviceClass serving it
+    unserved: tuple[str, ...]  # extended resources the pod asks for that no class serves
+    asks: tuple[extended.ContainerAsk, ...]
+    # the claim made for the pod in an earlier attempt whose binding failed: the pod waits until it is deleted
+    stale: ClaimRecord | None = None
+    _made: dict[frozenset[str], NodeClaim] = field(default_factory=dict, compare=False, repr=False)
+
+    def delegated(self, allocatable: Mapping[str, int]) -> frozenset[str]:
+        """The resources DRA serves on a node with this allocatable: none of it there (shouldDelegateResourceToDRA)."""
+        return frozenset(r for r in self.classes if not allocatable.get(r))
+
+    def unfit(self, allocatable: Mapping[str, int]) -> bool:
+        """Whether a resource no class serves is missing from the node's allocatable altogether."""
+        return any(r not in allocatable for r in self.unserved)
+
+    def node_claim(self, allocatable: Mapping[str, int]) -> NodeClaim | None:
+        """The claim to make for the pod on a node with this allocatable (None: DRA serves nothing there). The
+        nodes of one kind share it."""
+        delegated = self.delegated(allocatable)
+        if not delegated:
+            return None
+        made = self._made.get(delegated)
+        if made is None:
+            requests, mappings = extended.requests_and_mappings(self.asks, delegated, self.classes.get)
+            obj = {"metadata": {"namespace": self.namespace, "name": extended.IN_MEMORY_NAME},
+                   "spec": {"devices": {"requests": requests}}}
+            made = self._made[delegated] = NodeClaim(tuple(requests), tuple(mappings), claims.parse(obj),
+                                                     json.dumps(requests, sort_keys=True))
+        return made
+
+
+@dataclass(frozen=True)
+class NodeClaim:
+    """The claim the scheduler makes for a pod's extended resources on one node: its requests, which request
+    serves which container (the pod's `status.extendedResourceClaimStatus.requestMappings`), and the claim as the
+    allocator reads it."""
+
+    requests: tuple[Mapping[str, Any], ...]
+    mappings: tuple[Mapping[str, str], ...]
+    claim: claims.Claim
+    signature: str  # the requests, as a key of the allocator's outcomes
 
 
 @dataclass(frozen=True)
@@ -66,6 +119,7 @@ class Prepared:
     # an allocated claim whose driver reports a binding failure condition, or whose binding conditions timed out:
     # no node will do until it is deallocated
     binding_failed: bool = False
+    extended: Extended | None = None
 
     def allocation_needed(self) -> bool:
         return bool(self.to_allocate)
@@ -99,6 +153,9 @@ class Resources:
         self._counts: dict[str, tuple[Any, tuple[int, int]]] = {}
         self._stamps: tuple[int, dict[str, tuple[NodeLike, tuple[Any, ...]]]] = (-1, {})
         self.demand = demand.Demand(self.used)
+        self._class_names: dict[str, extended.ClassName] = {}
+        self.extended: dict[str, str] = {}  # extended resource name -> the DeviceClass serving it
+        self.extended_claims: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, pod uid) -> its claim's key
 
     # --- taking objects in
 
@@ -120,8 +177,11 @@ class Resources:
         elif kind == "DeviceClass":
             if deleted:
                 self.classes.pop(name, None)
+                self._class_names.pop(name, None)
             else:
                 self.classes[name] = claims.parse_class(obj)
+                self._class_names[name] = extended.read_class(obj)
+            self.extended = extended.resolve(self._class_names.values())
             self.demand.reset()
             self._slices_changed()
         elif kind == "ResourceClaim":
@@ -136,6 +196,7 @@ class Resources:
                 self.claims[claim_key] = record
                 if record.allocation is not None:
                     self.assumed.pop(claim_key, None)  # the watch shows it allocated: newer than our assumption
+            self._index_extended(claim_key, earlier, self.claims.get(claim_key))
             was, now = (r.claim if r is not None else None for r in (earlier, self.claims.get(claim_key)))
             if was != now:
                 self.demand.claim_changed(was, now)
@@ -149,6 +210,8 @@ class Resources:
                 self.slices.clear()
             else:
                 self.classes.clear()
+                self._class_names.clear()
+                self.extended = {}
             self.demand.reset()
             self._slices_changed()
         elif kind == "ResourceClaim":
@@ -156,8 +219,22 @@ class Resources:
                 before = self._counted(claim_key)
                 self.demand.claim_changed(self.claims.pop(claim_key).claim, None)
                 self._recount(before, self._counted(claim_key))
+            self.extended_claims.clear()
         self.listed.add(kind)
         self.version += 1
+
+    def _index_extended(self, claim_key: tuple[str, str], earlier: ClaimRecord | None,
+                        record: ClaimRecord | None) -> None:
+        """Keep the claims the scheduler made for pods' extended resources findable by pod. The watch showing one
+        allocated ends our assumption of its allocation, made before its name was known."""
+        if earlier is not None and earlier.extended_for is not None:
+            owner = (claim_key[0], earlier.extended_for)
+            if self.extended_claims.get(owner) == claim_key:
+                del self.extended_claims[owner]
+        if record is not None and record.extended_for is not None:
+            self.extended_claims[(claim_key[0], record.extended_for)] = claim_key
+            if record.allocation is not None:
+                self.forget(extended.pending_key(claim_key[0], record.extended_for))
 
     def assume(self, claim_key: tuple[str, str], allocation: Mapping[str, Any]) -> None:
         before = self._counted(claim_key)
@@ -235,10 +312,29 @@ class Resources:
                     "(Pod is not owner)")
         return None
 
+    def serving(self, resource: str) -> str | None:
+        """The DeviceClass serving an extended resource, once the DRA objects are listed (before, none is: the
+        device plugin's nodes alone are considered), or None."""
+        return self.extended.get(resource) if self.ready else None
+
+    def extended_part(self, namespace: str, uid: str, asks: Sequence[extended.ContainerAsk]) -> Extended | None:
+        """The pod's extended resources that DeviceClasses serve (None when none is), and the claim made for the pod
+        before, if any (preFilterExtendedResources)."""
+        if not asks or not self.extended or not self.ready:
+            return None
+        asked = {resource for ask in asks for resource in ask.asks}
+        served = {resource: self.extended[resource] for resource in asked if resource in self.extended}
+        if not served:
+            return None
+        made = self.extended_claims.get((namespace, uid))
+        return Extended(namespace, served, tuple(sorted(asked - served.keys())), tuple(asks),
+                        self.claims.get(made) if made is not None else None)
+
     def pre_filter(self, namespace: str, name: str, uid: str, wanted: Sequence[claims.PodClaim], *,
-                   now: float | None = None) -> Prepared | str:
-        """The pod's claims, or why the pod waits whatever the node (upstream's PreEnqueue and PreFilter). `now`
-        (default: the clock) decides whether binding conditions have timed out."""
+                   asks: Sequence[extended.ContainerAsk] = (), now: float | None = None) -> Prepared | str:
+        """The pod's claims (and its extended resources DRA may serve, from its containers' `asks`), or why the pod
+        waits whatever the node (upstream's PreEnqueue and PreFilter). `now` (default: the clock) decides whether
+        binding conditions have timed out."""
         records: list[ClaimRecord] = []
         selectors: list[tuple[predicates.Term, ...] | None] = []
         to_allocate: list[int] = []
@@ -267,7 +363,8 @@ class Resources:
         signature = json.dumps([records[i].obj.get("spec") for i in to_allocate], sort_keys=True, default=str)
         now = time.time() if now is None else now
         failed = any(record.allocation is not None and not_for_binding(record.obj, now) for record in records)
-        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature, failed)
+        return Prepared(tuple(records), tuple(selectors), tuple(to_allocate), signature, failed,
+                        self.extended_part(namespace, uid, asks))
 
     def _classes_problem(self, claim: claims.Claim) -> str | None:
         for alternatives in claim.requests:
@@ -278,27 +375,39 @@ class Resources:
                     return f"request {request.full_name}: device class {request.class_name} does not exist"
         return None
 
-    def filter(self, node: NodeLike, prepared: Prepared, *, gpu_policy: str | None = None,
-               models: tuple[frozenset[str], ...] = (),
+    def filter(self, node: NodeLike, prepared: Prepared, *, allocatable: Mapping[str, int] | None = None,
+               gpu_policy: str | None = None, models: tuple[frozenset[str], ...] = (),
                min_memory_mib: int | None = None) -> list[dict[str, Any]] | str:
-        """Upstream's Filter on one node: the allocations of the claims to allocate (in `to_allocate` order), or
+        """Upstream's Filter on one node: the allocations of the claims to allocate (in `to_allocate` order, then
+        the claim for the pod's extended resources when DRA serves them on a node with this `allocatable`), or
         the reason the node is rejected. With `gpu_policy`, devices are tried in our order (policy.order); the
         pod's GPU annotations (`models`, `min_memory_mib`) limit the GPUs. Raises allocator.AllocationError when
         the claims cannot be allocated anywhere (the pod waits with that message)."""
+        node_claim = None
+        allocatable = {} if allocatable is None else allocatable
+        if prepared.extended is not None:  # filterExtendedResources first
+            if prepared.extended.stale is not None:
+                return STALE_EXTENDED
+            if prepared.extended.unfit(allocatable):
+                return CANNOT_FIT
+            node_claim = prepared.extended.node_claim(allocatable)
         for selector in prepared.selectors:
             if selector is not None and not any(t.matches(node.labels, node.name) for t in selector):
                 return NOT_AVAILABLE
         if prepared.binding_failed:
             return NOT_AVAILABLE
-        if not prepared.to_allocate:
+        if not prepared.to_allocate and node_claim is None:
             return []
         made = self.snapshot()
-        key = (node.name, (prepared.signature, gpu_policy, models, min_memory_mib))
+        key = (node.name, (prepared.signature, node_claim.signature if node_claim else None, gpu_policy, models,
+                           min_memory_mib))
         stamp = self._stamp(made, node)
         kept = self._outcomes.get(key)
         if kept is not None and kept[0] == stamp:
             return kept[1]
         wanted = [prepared.records[i].claim for i in prepared.to_allocate]
+        if node_claim is not None:
+            wanted.append(node_claim.claim)
         order = policy.order(gpu_policy, self.used) if gpu_policy else None
         outcome: list[dict[str, Any]] | str
         try:

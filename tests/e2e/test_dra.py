@@ -415,3 +415,108 @@ def test_random_dra_workloads_are_allocated_validly_and_ours_leaves_no_more_pend
     pending = {which: sorted(name for name, node in found.items() if not node) for which, found in placed.items()}
     print(f"pods left pending: {pending}")
     assert len(pending["ours"]) <= len(pending["kube"]), pending
+
+
+# --- extended resources served by DRA ------------------------------------------------------------------------------
+
+EXTENDED_CLASS = f"gpu-extended-{SUFFIX}"
+EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+@pytest.fixture(scope="module")
+def extended_class(api: Any) -> Any:
+    """A DeviceClass serving `nvidia.com/gpu` through DRA, as NVIDIA's driver offers for pods written for the device
+    plugin. It changes how every scheduler treats `nvidia.com/gpu` on nodes without it, so it lives only while the
+    tests below run (the last of this module)."""
+    resource = client.ResourceV1Api(api)
+    resource.create_device_class({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": EXTENDED_CLASS},
+        "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {
+            "expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}})
+    time.sleep(1)  # both schedulers' watches see the class before the first pod
+    yield
+    resource.delete_device_class(EXTENDED_CLASS)
+
+
+def gpu_pod(scenario: Scenario, name: str, pool: str, gpus: int, *, init_gpus: int = 0) -> None:
+    spec: dict[str, Any] = {
+        "schedulerName": scenario.scheduler, "nodeSelector": {"e2e-pool": pool},
+        "containers": [{"name": "main", "image": "registry.invalid/cuda:12",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if init_gpus:
+        spec["initContainers"] = [{"name": "warm", "image": "registry.invalid/cuda:12",
+                                   "resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]
+    scenario.core.create_namespaced_pod(scenario.namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+def extended_claim(scenario: Scenario, pod: str) -> dict[str, Any]:
+    """The claim the scheduler made for the pod, found as the kubelet finds it: by the pod's status."""
+    status = raw(scenario.core.read_namespaced_pod, pod, scenario.namespace)["status"]
+    mapped = status.get("extendedResourceClaimStatus")
+    assert mapped, f"{scenario.which}: {pod} has no extendedResourceClaimStatus: {status}"
+    return raw(scenario.resource.read_namespaced_resource_claim, mapped["resourceClaimName"], scenario.namespace)
+
+
+def test_a_pod_asking_for_nvidia_gpus_lands_on_a_dra_only_node_with_the_claim_the_kubelet_reads(run, extended_class):
+    """A node without `nvidia.com/gpu` whose GPUs a DeviceClass serves: a plain pod asking for 2 (and an init
+    container for 1) binds there; the scheduler made its claim as kube-scheduler does (owned by the pod, annotated,
+    named after it, the finalizer, two devices of that node, reserved for the pod) and told the kubelet which request
+    serves each container."""
+    pool = run.pool("extended")
+    gpu_pod(run, "plain", pool, 2, init_gpus=1)
+    node = run.node_of("plain")
+    assert node == f"{pool}-0"
+    pod = raw(run.core.read_namespaced_pod, "plain", run.namespace)
+    claim = extended_claim(run, "plain")
+    meta = claim["metadata"]
+    assert meta["name"].startswith("plain-extended-resources-")
+    assert meta["annotations"][EXTENDED_ANNOTATION] == "true"
+    assert [(o["kind"], o["name"], o["uid"], o.get("controller")) for o in meta["ownerReferences"]] == [
+        ("Pod", "plain", pod["metadata"]["uid"], True)]
+    assert FINALIZER in meta["finalizers"]
+    assert claim["spec"]["devices"]["requests"] == [{"name": "container-1-request-0", "exactly": {
+        "deviceClassName": EXTENDED_CLASS, "allocationMode": "ExactCount", "count": 2}}]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {node}
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    mappings = pod["status"]["extendedResourceClaimStatus"]["requestMappings"]
+    assert sorted((m["containerName"], m["requestName"]) for m in mappings) == [
+        ("main", "container-1-request-0"), ("warm", "container-1-request-0")]
+    assert "gpu-scheduler.io/gpu-devices" not in (pod["metadata"].get("annotations") or {})
+
+
+def test_extended_gpus_fill_a_mixed_pool_and_free_again_when_their_pod_goes(run, extended_class):
+    """A device-plugin node with 2 GPUs and a DRA-only node with 4: five pods of 2 GPUs, one at a time. Three bind
+    (each DRA pod with a claim of its own, the device-plugin pod with none), no GPU is given twice, the rest wait
+    saying why; once a DRA pod is deleted, its claim goes with it (owned by the pod) and a waiting pod binds."""
+    pool = run.pool("mixed", count=4)
+    cp.create_gpu_node(run.api, f"{pool}-dp", gpus=2, labels={"e2e-pool": pool})
+    placed = {}
+    for index in range(5):
+        gpu_pod(run, f"mixed-{index}", pool, 2)
+        placed[f"mixed-{index}"] = decided(run, f"mixed-{index}")
+    bound = {name: node for name, node in placed.items() if node}
+    assert sorted(bound.values()) == sorted([f"{pool}-dp", f"{pool}-0", f"{pool}-0"]), placed
+    seen: set[str] = set()
+    for name, node in bound.items():
+        status = raw(run.core.read_namespaced_pod, name, run.namespace)["status"]
+        if node.endswith("-dp"):
+            assert not status.get("extendedResourceClaimStatus"), f"{run.which}: {name} on the device-plugin node"
+            continue
+        devices = [r["device"] for r in extended_claim(run, name)["status"]["allocation"]["devices"]["results"]]
+        assert len(devices) == 2 and not seen & set(devices), (run.which, name, devices, seen)
+        seen |= set(devices)
+    waiting = [name for name, node in placed.items() if not node]
+    dra_pod = next(name for name, node in bound.items() if not node.endswith("-dp"))
+    claim_name = extended_claim(run, dra_pod)["metadata"]["name"]
+    run.core.delete_namespaced_pod(dra_pod, run.namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not [c for c in raw(run.resource.list_namespaced_resource_claim, run.namespace)["items"]
+                if c["metadata"]["name"] == claim_name]:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"{run.which}: claim {claim_name} outlived its pod")
+    assert run.node_of(waiting[0], timeout=60) == f"{pool}-0"

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from scheduler_core import fields
-from scheduler_core.dra import allocator, claims, state
+from scheduler_core import fields, nodes
+from scheduler_core.dra import allocator, claims, extended, state
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "upstream" / "dra_plugin.json"
 CASES = json.loads(TABLE.read_text())["cases"] if TABLE.exists() else []
@@ -39,6 +39,7 @@ REJECTED = ("Unschedulable", "UnschedulableAndUnresolvable")
 class Node:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)  # milli-units, as NodeFacts has it
 
 
 def _requests(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -57,10 +58,11 @@ def not_modelled(case: dict[str, Any]) -> str | None:
     flags, claims_ = case["flags"], case["claims"] + case["in_flight_claims"]
     if flags["disableDRA"]:
         return "DynamicResourceAllocation disabled (plugin off): we have no such switch"
-    if (any(fields.mapping(c.get("spec")).get("extendedResourceName") for c in case["classes"])
+    if not flags["enableDRAExtendedResource"] and (
+            any(fields.mapping(c.get("spec")).get("extendedResourceName") for c in case["classes"])
             or any(EXTENDED_RESOURCE_CLAIM in fields.mapping(fields.mapping(c.get("metadata")).get("annotations"))
                    for c in claims_)):
-        return "DRA-backed extended resources (DRAExtendedResource, a class's extendedResourceName) not modelled"
+        return "DRAExtendedResource off in this case; we model v1.36, where it is on"
     if flags["enableDRAWorkloadResourceClaims"]:
         return "claims of PodGroups (DRAWorkloadResourceClaims, alpha) not modelled"
     if flags["enableDRANodeAllocatableResources"]:
@@ -112,7 +114,7 @@ def resources_of(case: dict[str, Any]) -> state.Resources:
 
 def node_of(obj: dict[str, Any]) -> Node:
     meta = fields.mapping(obj.get("metadata"))
-    return Node(str(meta.get("name") or ""), fields.strings(meta.get("labels")))
+    return Node(str(meta.get("name") or ""), fields.strings(meta.get("labels")), nodes.parse(obj).allocatable)
 
 
 def message(point: dict[str, Any] | None, which: str = "got") -> str | None:
@@ -136,14 +138,17 @@ def test_upstream_plugin_case(case):
     pod = case["pod"]
     meta = fields.mapping(pod.get("metadata"))
     wanted = claims.pod_claims(fields.mapping(pod.get("spec")), fields.mapping(pod.get("status")))
+    asks = extended.container_asks(fields.mapping(pod.get("spec")))
     now = fields.instant(case["now"])[0]
 
     # PreEnqueue and PreFilter
     upstream_pre = case["preenqueue"] if rejected(case["preenqueue"]) else case["prefilter"]
     prepared: state.Prepared | str | None = None
-    if wanted:
+    if wanted or asks:
         prepared = resources.pre_filter(str(meta.get("namespace") or "default"), str(meta.get("name")),
-                                        str(meta.get("uid")), wanted, now=now)
+                                        str(meta.get("uid")), wanted, asks=asks, now=now)
+        if not isinstance(prepared, str) and not prepared.records and prepared.extended is None:
+            prepared = None  # nothing for DynamicResources: upstream's Skip
     if rejected(upstream_pre):
         assert isinstance(prepared, str), f"upstream rejected the pod ({message(upstream_pre)!r}); we did not"
         assert prepared == message(upstream_pre), f"upstream: {message(upstream_pre)!r}; ours: {prepared!r}"
@@ -161,7 +166,7 @@ def test_upstream_plugin_case(case):
             assert got_status is None, f"{name}: upstream rejected a pod without claims: {message(point)!r}"
             continue
         try:
-            ours: Any = resources.filter(nodes[name], prepared)
+            ours: Any = resources.filter(nodes[name], prepared, allocatable=nodes[name].allocatable)
         except allocator.AllocationError as err:
             ours = err
         if got_status is None:

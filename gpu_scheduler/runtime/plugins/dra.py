@@ -9,6 +9,13 @@ claim again and retries, as upstream's RetryOnConflict). Devices with binding co
 holding a thread, until the driver reports them met (or a failure condition, or 600 s). Unreserve drops the
 assumptions and takes the pod out of `reservedFor` of the claims it reserved; the claim's allocation stays, and
 kube-controller-manager's resourceclaim controller deallocates a claim no pod reserves, as upstream leaves it.
+
+Extended resources DRA serves (a pod asking `nvidia.com/gpu` placed on a node whose devices a DeviceClass naming it
+gives): PreBind creates the pod's claim (owned by the pod, annotated `resource.kubernetes.io/extended-resource-claim`,
+named `<pod>-extended-resources-<random>`, with the finalizer), writes its allocation and reservation as above, and
+records in the pod's `status.extendedResourceClaimStatus` which request serves which container (what the kubelet
+reads). Unreserve deletes that claim. A claim left by an attempt that did not bind (a crash between its writes)
+keeps the pod out (PreEnqueue) until it is deleted, which this plugin does, as upstream's PostFilter does.
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from gpu_scheduler import rawapi, watching
 from gpu_scheduler.runtime import writes
 from gpu_scheduler.runtime.framework import BindingCycle, Handle, Plugin, Wait
 from scheduler_core import fields, watched
+from scheduler_core.dra import extended
 from scheduler_core.dra import state as dra_state
 
 log = logging.getLogger(__name__)
 
 BINDING_TIMEOUT = dra_state.BINDING_TIMEOUT  # seconds a pod waits for its devices' binding conditions
 RETRIES = 5  # writes of one claim that may meet a conflict (client-go's retry.DefaultRetry)
+DELETIONS_KEPT = 10_000  # stale claims whose deletion was asked, remembered so it is asked once
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class DynamicResources(Plugin):
     def __init__(self, handle: Handle, *, binding_timeout: float = BINDING_TIMEOUT):
         super().__init__(handle)
         self.binding_timeout = binding_timeout
+        self._deleting: set[str] = set()  # uids of stale extended-resource claims whose deletion was asked
 
     def watches(self, put: Callable[[tuple[Any, ...]], None]) -> list[watching.Reflector]:
         """ResourceSlices, DeviceClasses and ResourceClaims, into the model."""
@@ -65,9 +75,28 @@ class DynamicResources(Plugin):
         """Upstream's PreEnqueue: a pod whose claims are not made yet (or missing, being deleted, another pod's)
         waits, told why; the update that names its claim, or the claim's event, brings it back at once."""
         resources = self.handle.model.cluster.dra
-        if not pending.facts.resource_claims or not resources.ready:
+        if not resources.ready:
+            return None
+        stale = resources.extended_claims.get((pending.namespace, pending.uid)) if pending.facts.extended_asks else None
+        if stale is not None:
+            return self._delete_stale(pending, stale)
+        if not pending.facts.resource_claims:
             return None
         return resources.pre_enqueue(pending.namespace, pending.name, pending.uid, pending.facts.resource_claims)
+
+    def _delete_stale(self, pending: watched.PendingPod, key: tuple[str, str]) -> str:
+        """A pending pod's extended-resource claim is left from an attempt that did not bind (upstream's Filter
+        refuses the pod on every node, then its PostFilter deletes the claim): delete it; its deletion brings the
+        pod back."""
+        record = self.handle.model.cluster.dra.claims[key]
+        uid = str(fields.mapping(record.obj.get("metadata")).get("uid") or "")
+        if not record.deleting and uid not in self._deleting:
+            if len(self._deleting) >= DELETIONS_KEPT:
+                self._deleting.clear()
+            self._deleting.add(uid)
+            self.handle.submit_report(_delete_claim, self.handle.api, key, uid)
+        return (f"deleting ResourceClaim {key[0]}/{key[1]}, made for the pod's extended resources by an attempt "
+                "that did not bind it")
 
     def reserve(self, cycle: BindingCycle) -> None:
         pending, resources = cycle.pending, self.handle.model.cluster.dra
@@ -81,18 +110,22 @@ class DynamicResources(Plugin):
             if record is None or pending.uid in record.reserved_for:
                 continue
             claim_writes.append(ClaimWrite(key, record.obj, allocations.get(key)))  # copied before it is written
-        for key, allocation in allocations.items():
+        for key, allocation in cycle.decision.held_claims(pending.facts):
             resources.assume(key, allocation)
-        if claim_writes:
-            cycle.state[self.name] = {"writes": claim_writes, "reserved": []}
+        made = cycle.decision.extended_claim
+        if claim_writes or made is not None:
+            cycle.state[self.name] = {"writes": claim_writes, "reserved": [], "extended": made, "created": None}
 
     def unreserve(self, cycle: BindingCycle) -> None:
         resources = self.handle.model.cluster.dra
-        for key, _ in cycle.decision.claim_allocations:
+        for key, _ in cycle.decision.held_claims(cycle.pending.facts):
             resources.forget(key)
         state = cycle.state.get(self.name)
         for namespace, name in state["reserved"] if state else ():
             self.handle.submit_report(_unreserve, self.handle.api, namespace, name, cycle.uid)
+        if state and state["created"] is not None:  # the claim made for the pod: nobody else would delete it
+            key, uid = state["created"]
+            self.handle.submit_report(_delete_claim, self.handle.api, key, uid)
 
     def pre_bind(self, cycle: BindingCycle) -> Wait | None:
         state = cycle.state.get(self.name)
@@ -108,12 +141,44 @@ class DynamicResources(Plugin):
                                                              f"{_describe(claim_write, err)}") from err
             state["reserved"].append(claim_write.key)
             conditions |= _has_binding_conditions(claim_write.allocation)
+        keys = [w.key for w in state["writes"]]
+        if state["extended"] is not None:
+            keys.append(self._bind_extended(cycle, state, consumer))
+            conditions |= _has_binding_conditions(state["extended"][1])
         if not conditions:
             return None
-        keys = [w.key for w in state["writes"]]
         return Wait(lambda: self._conditions_met(keys), time.monotonic() + self.binding_timeout,
                     f'running PreBind plugin "{self.name}": binding timeout: the devices\' binding conditions were '
                     f"not met within {self.binding_timeout:.0f} s")
+
+    def _bind_extended(self, cycle: BindingCycle, state: dict[str, Any], consumer: Mapping[str, str]
+                       ) -> tuple[str, str]:
+        """Upstream's bindClaim for the pod's extended resources: create the claim (with the finalizer), record its
+        allocation and reservation, then the pod's `status.extendedResourceClaimStatus`."""
+        pending = cycle.pending
+        node_claim, allocation = state["extended"]
+        body = extended.claim_for(pending.namespace, pending.name, pending.uid, list(node_claim.requests))
+        body["metadata"]["finalizers"] = [dra_state.FINALIZER]
+        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(pending.namespace)}/resourceclaims"
+        try:
+            created = json.loads(rawapi.request(self.handle.api, "POST", path, body))
+        except ApiException as err:
+            raise ApiException(status=err.status, reason=f'running PreBind plugin "{self.name}": create claim for '
+                                                         f"extended resources: {watching.describe_error(err)}") from err
+        meta = created["metadata"]
+        key = (pending.namespace, str(meta["name"]))
+        state["created"] = (key, str(meta.get("uid") or ""))
+        claim_write = ClaimWrite(key, created, allocation)
+        try:
+            _bind_claim(self.handle.api, claim_write, consumer)
+            writes.patch_status(self.handle.api, pending.namespace, pending.name, {
+                "metadata": {"uid": pending.uid},
+                "status": {"extendedResourceClaimStatus": {"requestMappings": [dict(m) for m in node_claim.mappings],
+                                                           "resourceClaimName": key[1]}}})
+        except ApiException as err:
+            raise ApiException(status=err.status, reason=f'running PreBind plugin "{self.name}": '
+                                                         f"{_describe(claim_write, err)}") from err
+        return key
 
     def _conditions_met(self, keys: list[tuple[str, str]]) -> bool | str:
         """On the loop thread: every device's binding conditions true (True), not yet (False), or one failed."""
@@ -184,6 +249,36 @@ def _unreserve(api: Any, namespace: str, name: str, uid: str) -> None:
                        content_type=rawapi.STRATEGIC_MERGE_PATCH)
     except (ApiException, OSError) as err:
         log.warning("claim %s/%s stays reserved for pod %s, whose binding failed: %s", namespace, name, uid,
+                    watching.describe_error(err))
+
+
+def _delete_claim(api: Any, key: tuple[str, str], uid: str) -> None:
+    """Delete a claim the scheduler made for a pod (upstream's deleteClaim): our finalizer off first, then the
+    claim, both only while it is still the claim of that uid."""
+    path = _claim_path(*key)
+    try:
+        for attempt in range(RETRIES):
+            claim = json.loads(rawapi.request(api, "GET", path, None))
+            meta = claim.get("metadata") or {}
+            if meta.get("uid") != uid:
+                return
+            finalizers = meta.get("finalizers") or []
+            if dra_state.FINALIZER not in finalizers:
+                break
+            meta["finalizers"] = [f for f in finalizers if f != dra_state.FINALIZER]
+            try:
+                rawapi.request(api, "PUT", path, claim)
+                break
+            except ApiException as err:
+                if err.status != 409 or attempt == RETRIES - 1:
+                    raise
+        rawapi.request(api, "DELETE", path, {"preconditions": {"uid": uid}})
+    except ApiException as err:
+        if err.status != 404:
+            log.warning("claim %s/%s, made for a pod whose binding failed, could not be deleted: %s", *key,
+                        watching.describe_error(err))
+    except OSError as err:
+        log.warning("claim %s/%s, made for a pod whose binding failed, could not be deleted: %s", *key,
                     watching.describe_error(err))
 
 
