@@ -319,6 +319,7 @@ class Framework:
         feasible = [names[int(kept)] for kept in np.flatnonzero(alive)]
         if not score or not feasible:
             return feasible, failed, {}
+        _allocate_for_scores(cycle, feasible_rows)
         total = np.zeros(feasible_rows.size)
         weights = 0
         for name, plugin, weight in self.scores:
@@ -328,6 +329,18 @@ class Framework:
             weights += weight
         average = total / weights if weights else total
         return feasible, failed, {name: float(value) for name, value in zip(feasible, average)}
+
+
+def _allocate_for_scores(cycle: plugins.Cycle, rows: np.ndarray) -> None:
+    """For an extender: kube-scheduler has allocated the pod's claims (its DynamicResources decided which nodes
+    can take them), so ours never refuses a node for them; it allocates them on the feasible `rows` only to score
+    them by our device policy (dra-devices, dra-demand). A node where ours finds no allocation scores 0 there."""
+    if plugins.dynamic_resources_pre(cycle) is not None or "dra" not in cycle.extras:
+        return
+    alive = np.zeros(cycle.rows, dtype=bool)
+    alive[rows] = True
+    cycle.extras["alive"] = alive
+    plugins.dynamic_resources(cycle)
 
 
 def _pre_filtered(cycle: plugins.Cycle) -> str | None:

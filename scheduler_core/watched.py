@@ -571,11 +571,19 @@ class WatchedCluster:
     # --- the model's view, for metrics -------------------------------------------------------------
 
     def allocated(self) -> list[tuple[str, str, float]]:
-        """(node, GPU model, GPUs allocated with shares summed) for every node with GPUs."""
+        """(node, GPU model, GPUs allocated with shares summed) for every node with GPUs: the device plugin's, and
+        NVIDIA's DRA devices (by product name), so a cluster with both kinds shows one count."""
         model = self.cluster
-        return [(name, facts.gpu_model or "unknown", float(model.gpu_used[row]) / 1000)
-                for name, row in list(model.index.items())
-                if (facts := model.facts[row]) is not None and facts.gpu_count]
+        found: dict[tuple[str, str], float] = {}
+        dra = model.dra.ready and bool(model.dra.slices)
+        for name, row in list(model.index.items()):
+            if (facts := model.facts[row]) is None:
+                continue
+            if facts.gpu_count:
+                found[(name, facts.gpu_model or "unknown")] = float(model.gpu_used[row]) / 1000
+            for product, (_, in_use) in (model.dra.gpus_on(facts).items() if dra else ()):
+                found[(name, product)] = found.get((name, product), 0.0) + in_use
+        return [(node, gpu_model, gpus) for (node, gpu_model), gpus in found.items()]
 
     # --- the guard --------------------------------------------------------------------------------
 

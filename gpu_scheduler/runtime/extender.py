@@ -180,13 +180,16 @@ class Extender:
         self._report(call, *args)
 
     def cluster_watches(self) -> watching.ClusterWatches:
-        """The watches that keep the model, not started: Nodes, Pods, Namespaces, and the PodDisruptionBudgets
-        /preempt recounts violations with."""
+        """The watches that keep the model, not started: Nodes, Pods, Namespaces, the PodDisruptionBudgets
+        /preempt recounts violations with, and DRA's objects (kube-scheduler allocates the claims; the model counts
+        the devices they hold, and knows which nodes DRA serves `nvidia.com/gpu` on)."""
         return watching.ClusterWatches.of_cluster(
             self.core, on_nodes=self.replace_nodes, on_node=self.node_event, on_pods=self.replace_pods,
             on_pod=self.pod_event, on_namespaces=self.replace_namespaces, on_namespace=self.namespace_event,
             extra=[watching.budget_watch(client.PolicyV1Api(self.core.api_client), self.replace_budgets,
-                                         self.budget_event)])
+                                         self.budget_event),
+                   *watching.resource_watches(client.ResourceV1Api(self.core.api_client), self.replace_resources,
+                                              self.resource_event)])
 
     def stop(self) -> None:
         self.stopped.set()
@@ -234,6 +237,12 @@ class Extender:
 
     def budget_event(self, kind: str, obj: dict[str, Any]) -> None:
         self._update("PodDisruptionBudget", lambda: self.model.budget_event(kind, obj, now=_now()))
+
+    def replace_resources(self, kind: str, items: list[dict[str, Any]]) -> None:
+        self._update(kind, lambda: self.model.resources_relisted(kind, items, now=_now()))
+
+    def resource_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        self._update(kind, lambda: self.model.resource_event(kind, event, obj, now=_now()))
 
     def _update(self, kind: str, update: Callable[[], watched.Change]) -> None:
         with self.lock:

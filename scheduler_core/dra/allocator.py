@@ -213,17 +213,21 @@ class Allocator:
         found = self._device_counts.get(node.name)
         if found is None:
             total = in_use = 0
-            try:
-                usable = [p for p in self.pools_for(node) if not p.incomplete and not p.invalid]
-            except slices.SelectionError:
-                usable = []
-            for pool in usable:
-                for member in pool.targeting:
-                    for device in member.devices:
-                        total += 1
-                        in_use += self.allocated.holds(device.id)
+            for device in self.offered(node):
+                total += 1
+                in_use += self.allocated.holds(device.id)
             found = self._device_counts[node.name] = (total, in_use)
         return found
+
+    def offered(self, node: NodeLike) -> Iterable[Device]:
+        """The devices of the node's usable pools (complete, valid) that reach it."""
+        try:
+            usable = [p for p in self.pools_for(node) if not p.incomplete and not p.invalid]
+        except slices.SelectionError:
+            return
+        for pool in usable:
+            for member in pool.targeting:
+                yield from member.devices
 
     def matches(self, device: Device, expression: str) -> bool:
         """A selector's verdict on a device; raises cel.SelectorError (compile or runtime), cached either way."""

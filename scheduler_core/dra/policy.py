@@ -35,6 +35,20 @@ def _root(device: Device) -> str | None:
     return str(value.get("string")) if value is not None and value.get("string") is not None else None
 
 
+def product(device: Device) -> str | None:
+    """An NVIDIA GPU's product name (`productName`), or None."""
+    value = device.attributes.get(PRODUCT)
+    name = value.get("string") if value is not None else None
+    return name if isinstance(name, str) else None
+
+
+def kind(device: Device) -> str | None:
+    """What NVIDIA's driver says a device is (`type`: gpu, mig, ...), or None."""
+    value = device.attributes.get(f"{NVIDIA_DRIVER}/type")
+    name = value.get("string") if value is not None else None
+    return name if isinstance(name, str) else None
+
+
 def _memory(device: Device) -> Fraction:
     return device.memory if device.driver == NVIDIA_DRIVER else Fraction(0)
 
@@ -69,9 +83,8 @@ def admits(models: Sequence[frozenset[str]], min_memory_mib: int | None) -> Call
         if device.driver != NVIDIA_DRIVER:
             return True
         if models:
-            product = device.attributes.get(PRODUCT)
-            name = product.get("string") if product is not None else None
-            if not isinstance(name, str) or not predicates.model_matches(models, name):
+            name = product(device)
+            if name is None or not predicates.model_matches(models, name):
                 return False
         return not least or _memory(device) >= least
     return admit

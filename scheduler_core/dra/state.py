@@ -430,6 +430,19 @@ class Resources:
             kept = self._counts[node.name] = (stamp, made.devices_on(node))
         return kept[1]
 
+    def gpus_on(self, node: NodeLike) -> dict[str, tuple[int, int]]:
+        """The node's GPUs of NVIDIA's driver (whole GPUs: MIG slices are not counted) by product name, each with
+        how many there are and how many are in use, for the one view of GPUs that metrics and explain give."""
+        found: dict[str, tuple[int, int]] = {}
+        used = self.used
+        for device in self.snapshot().offered(node):
+            if device.driver != policy.NVIDIA_DRIVER or policy.kind(device) == "mig":
+                continue
+            product = policy.product(device) or "unknown"
+            total, in_use = found.get(product, (0, 0))
+            found[product] = (total + 1, in_use + used.holds(device.id))
+        return found
+
     def pressure(self) -> demand.Pressure:
         """Each device's pressure: how much the claims that exist need it (demand.Demand)."""
         return self.demand.pressure(self.snapshot(), lambda: (d for s in self.slices.values() for d in s.devices))

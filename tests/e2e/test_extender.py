@@ -268,3 +268,66 @@ def test_the_extender_overlay_schedules_as_shipped_with_its_own_accounts(plane, 
         installed_webhook.set_config(E2E_CONFIG)
         scheduler.stop()
         server.stop()
+
+
+# --- DRA: kube-scheduler allocates the devices; the extender scores, counts and binds -------------------------------
+
+DRA_POOL = f"{POOL}-dra"
+DRA_NODES = [f"ext-{SUFFIX}-dra-{i}" for i in range(2)]
+DRA_CLASS = f"gpu-ext-{SUFFIX}"
+
+
+@pytest.fixture(scope="module")
+def dra_nodes(api: Any) -> Iterator[None]:
+    """Two DRA-only nodes (no nvidia.com/gpu in allocatable; 4 GPUs each in a ResourceSlice) and a DeviceClass
+    serving nvidia.com/gpu, which lives only while the tests below (the last of this module) run."""
+    from tests.e2e.standins import DRA_DRIVER, gpu_slice
+
+    resource = client.ResourceV1Api(api)
+    for name in DRA_NODES:
+        cp.create_gpu_node(api, name, gpus=0, labels={"e2e-pool": DRA_POOL})
+        resource.create_resource_slice(gpu_slice(name, count=4))
+    resource.create_device_class({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRA_CLASS},
+        "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {"expression": (
+            f"device.driver == '{DRA_DRIVER}' && device.attributes['{DRA_DRIVER}'].type == 'gpu'")}}]}})
+    yield
+    resource.delete_device_class(DRA_CLASS)
+
+
+def test_kube_scheduler_allocates_dra_gpus_and_the_extender_counts_them_and_binds_without_device_records(
+        api, core, namespace, managed, extender, dra_nodes):
+    """Pods asking nvidia.com/gpu on DRA-only nodes: the extender does not refuse them (kube-scheduler's
+    DynamicResources decides what fits and allocates, writing the claim before it asks us to bind), binds them
+    without a GPU-devices annotation or record, and its model counts the devices the claims hold (its metrics)."""
+    bodies = [gpu_pod(f"dra-{i}", managed, gpus=2) for i in range(5)]
+    for body in bodies:
+        body["spec"]["nodeSelector"] = {"e2e-pool": DRA_POOL}
+    create(core, namespace, bodies[:4])
+    names = {b["metadata"]["name"] for b in bodies[:4]}
+    wait_for(lambda: all(p.spec.node_name for p in pods_by_name(core, namespace, names).values()),
+             "kube-scheduler to bind the four DRA pods through the extender", timeout=60)
+    resource = client.ResourceV1Api(api)
+    held: set[tuple[str, str]] = set()
+    for name in sorted(names):
+        pod = api_json(core.read_namespaced_pod, name, namespace)
+        assert DEVICES not in (pod["metadata"].get("annotations") or {}), name
+        assert pods.recorded_devices(pod) is None, name
+        claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        claim = api_json(resource.read_namespaced_resource_claim, claim_name, namespace)
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert {r["pool"] for r in results} == {pod["spec"]["nodeName"]} and len(results) == 2, (name, results)
+        held |= {(r["pool"], r["device"]) for r in results}
+    assert len(held) == 8  # both nodes full, no device twice
+    create(core, namespace, bodies[4:])
+    message = wait_for(lambda: unschedulable_because(core, namespace, "dra-4", "cannot allocate all claims"),
+                       "the fifth pod to wait: no device left", timeout=60)
+    assert message.startswith("0/")
+
+    def counted() -> bool:
+        status, text = request(extender, "GET", "/metrics")
+        return status == 200 and all(
+            f'gpu_scheduler_allocated_gpus{{model="NVIDIA A100-SXM4-40GB",node="{node}"}} 4.0' in text
+            for node in DRA_NODES)
+
+    wait_for(counted, "the extender's model to count the 4 DRA GPUs in use on each node")

@@ -146,3 +146,22 @@ def test_evicting_a_pod_whose_gpus_dra_serves_frees_no_device_in_the_dry_run():
     framework = mixed(device_plugin=(), count=2)
     framework.place(gpu_pod("low", 2))
     assert not preemption._node_local(gpu_pod("high", 2), framework.cluster)
+
+
+def test_the_models_gpu_count_covers_dra_devices_by_product():
+    from scheduler_core import nodes as node_facts
+    from scheduler_core import watched
+
+    model = watched.WatchedCluster()
+    for obj in (node("dp"), node("dra", gpus=0)):
+        model.cluster.set_node(node_facts.parse(obj))
+    resources = model.cluster.dra
+    for kind in state.KINDS:
+        resources.clear(kind)
+    resources.set("DeviceClass", gpu_class())
+    resources.set("ResourceSlice", gpu_slice("dra", count=4))
+    framework = mixed(device_plugin=(), count=4)
+    decision = framework.decide(gpu_pod("p", 3))
+    assert decision.extended_claim is not None
+    resources.assume(("ns", "c"), decision.extended_claim[1])
+    assert sorted(model.allocated()) == [("dp", "NVIDIA-A100-SXM4-40GB", 0.0), ("dra", "NVIDIA A100-SXM4-40GB", 3.0)]

@@ -854,3 +854,43 @@ def test_the_replica_holding_the_lease_raises_a_warmed_up_pods_deletion_cost_onc
     ext.reporter.submit(lambda: None).result(timeout=5)
     assert [(path, [op["op"] for op in body]) for path, body in patches] == [
         ("/api/v1/namespaces/ns/pods/warm", ["test", "replace", "add"])]
+
+
+# --- DRA: kube-scheduler allocates; the extender scores, counts and binds without device annotations -------------
+
+
+def dra_extender() -> tuple[extender.Extender, FakeCore, Any]:
+    from tests.unit.test_dra import gpu_slice
+    from tests.unit.test_dra_extended import gpu_class
+
+    ext, core, client = make(node("dra-1", gpus=0), node("dra-2", gpus=0), node("a100-1"))
+    ext.replace_resources("DeviceClass", [gpu_class()])
+    ext.replace_resources("ResourceSlice", [gpu_slice("dra-1", count=4), gpu_slice("dra-2", count=8)])
+    ext.replace_resources("ResourceClaim", [])
+    return ext, core, client
+
+
+def test_a_pod_whose_gpus_dra_serves_is_not_refused_on_dra_nodes_and_is_scored_by_our_device_policy():
+    ext, _, client = dra_extender()
+    result = filter_names(client, gpu_pod("p", gpus=2), ["dra-1", "dra-2", "a100-1"])
+    assert result["NodeNames"] == ["dra-1", "dra-2", "a100-1"] and not result["FailedNodes"]
+    scores = {p["Host"]: p["Score"] for p in post(client, "prioritize", {
+        "Pod": gpu_pod("p", gpus=2), "Nodes": None, "NodeNames": ["dra-1", "dra-2", "a100-1"]})}
+    assert scores["dra-1"] > scores["dra-2"]  # binpack: the node whose devices it fills more
+
+
+def test_the_devices_of_claims_kube_scheduler_allocated_are_counted_and_bind_writes_no_devices_annotation():
+    ext, core, client = dra_extender()
+    allocation = {"devices": {"results": [
+        {"request": "container-0-request-0", "driver": "gpu.nvidia.com", "pool": "dra-1", "device": f"gpu-{i}"}
+        for i in range(4)]}}
+    ext.resource_event("ResourceClaim", "ADDED", {
+        "metadata": {"namespace": "ns", "name": "other-extended-resources-x", "uid": "c1"},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": 4}}]}},
+        "status": {"allocation": allocation}})
+    assert ext.model.cluster.dra.devices_on(ext.model.cluster.node(ext.model.cluster.index["dra-1"])) == (4, 4)
+    pod_obj = gpu_pod("p", gpus=2)
+    filter_names(client, pod_obj, ["dra-2"])
+    assert bind(client, core, pod_obj, "dra-2") == ""
+    assert DEVICES not in core.pods[("ns", "p")]["metadata"].get("annotations", {})
