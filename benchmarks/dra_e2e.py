@@ -9,11 +9,15 @@ binding a device-plugin pod: the claim's finalizer, its allocation and reservati
   (a) gpu-scheduler run     our standalone scheduler (allocation, PreBind writes, Binding)
   (b) kube-scheduler        the real one, default profile (its DynamicResources plugin), client QPS unthrottled
 
+With --extended the pods are written for the device plugin instead (`nvidia.com/gpu: 1`, no claim) and the
+DeviceClass names `nvidia.com/gpu` as its extended resource: each scheduler makes the pod's claim itself in PreBind
+(create, allocation and reservation, the pod's extendedResourceClaimStatus), as kube-scheduler v1.36 does.
+
 Runs the ways --rounds times, alternating their order (runs on this machine differ by 15-30%), deleting each way's
 pods and waiting for their claims to go before the next; prints each round and the median ratio a/b (target >= 1.0).
 Needs the binaries from `hack/control-plane.sh build`.
 
-    python benchmarks/dra_e2e.py [--nodes 1000] [--pods 2000] [--rounds 3] [--json]
+    python benchmarks/dra_e2e.py [--nodes 1000] [--pods 2000] [--rounds 3] [--extended] [--json]
 """
 
 from __future__ import annotations
@@ -40,14 +44,16 @@ from tests.e2e.standins import gpu_slice  # noqa: E402
 CLASS = "gpu.nvidia.com"
 
 
-def create_cluster(api: Any, count: int) -> None:
+def create_cluster(api: Any, count: int, *, extended: bool = False) -> None:
     from kubernetes import client
 
     resource: Any = client.ResourceV1Api(api)
-    resource.create_device_class({
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
-        "spec": {"selectors": [{"cel": {"expression":
-                                        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}})
+    spec: dict[str, Any] = {"selectors": [{"cel": {
+        "expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}]}
+    if extended:
+        spec["extendedResourceName"] = "nvidia.com/gpu"
+    resource.create_device_class({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                  "metadata": {"name": CLASS}, "spec": spec})
 
     def node(i: int) -> None:
         name = f"bench-{i:05d}"
@@ -57,11 +63,19 @@ def create_cluster(api: Any, count: int) -> None:
         list(pool.map(node, range(count)))
 
 
-def create_pods(api: Any, namespace: str, count: int, scheduler_name: str) -> None:
+def create_pods(api: Any, namespace: str, count: int, scheduler_name: str, *, extended: bool = False) -> None:
     from kubernetes import client
 
     core: Any = client.CoreV1Api(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    if extended:
+        plain = lambda i: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}"},  # noqa: E731
+                           "spec": {"schedulerName": scheduler_name, "containers": [{
+                               "name": "main", "image": "registry.invalid/cuda:12",
+                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            list(pool.map(lambda i: core.create_namespaced_pod(namespace, plain(i)), range(count)))
+        return
     client.ResourceV1Api(api).create_namespaced_resource_claim_template(namespace, {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}}})
@@ -89,14 +103,16 @@ def wait_claims(api: Any, namespace: str, count: int, timeout: float) -> None:
         time.sleep(1)
 
 
-def run_way(label: str, api: Any, pods: int, start: Any, scheduler_name: str, timeout: float) -> dict[str, float]:
+def run_way(label: str, api: Any, pods: int, start: Any, scheduler_name: str, timeout: float, *,
+            extended: bool = False) -> dict[str, float]:
     from kubernetes import client
     from tqdm import tqdm
 
     core: Any = client.CoreV1Api(api)
     namespace = f"bench-dra-{label}"
-    create_pods(api, namespace, pods, scheduler_name)
-    wait_claims(api, namespace, pods, timeout)
+    create_pods(api, namespace, pods, scheduler_name, extended=extended)
+    if not extended:
+        wait_claims(api, namespace, pods, timeout)
     stop = start()
     try:
         with tqdm(total=pods, desc=label, unit="pod") as progress:
@@ -114,6 +130,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3, help="the ways this many times, alternating their order")
     parser.add_argument("--timeout", type=float, default=900.0, help="per way, seconds")
+    parser.add_argument("--extended", action="store_true",
+                        help="pods ask nvidia.com/gpu, which the DeviceClass serves (the scheduler makes the claims)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sides.stop_cleanly_on_sigterm()
@@ -130,7 +148,7 @@ def main() -> int:
     with cp.ControlPlane() as plane:
         api = plane.api_client()
         print(f"creating {args.nodes} nodes and their ResourceSlices ...", file=sys.stderr)
-        create_cluster(api, args.nodes)
+        create_cluster(api, args.nodes, extended=args.extended)
 
         def ours() -> Any:
             return sides.start_run(plane.kubeconfig, config_file, work / "run.log")
@@ -143,19 +161,20 @@ def main() -> int:
         for round_number in range(1, args.rounds + 1):
             for name, label, start, scheduler_name in (ways if round_number % 2 else ways[::-1]):
                 results[name].append(run_way(f"{label}-r{round_number}", api, args.pods, start, scheduler_name,
-                                             args.timeout))
+                                             args.timeout, extended=args.extended))
             ratio = sides.ratios(results, only_round=round_number)[0]
             print(f"round {round_number}: ours {results['gpu-scheduler'][-1]['pods_per_s']:.0f}, kube-scheduler "
                   f"{results['kube-scheduler'][-1]['pods_per_s']:.0f} pods/s; a/b {ratio:.2f}",
                   file=sys.stderr if args.json else sys.stdout, flush=True)
     ratios = sides.ratios(results)
-    summary = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, "a/b": statistics.median(ratios),
-               "a/b rounds": ratios}
+    summary = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, "extended": args.extended,
+               "a/b": statistics.median(ratios), "a/b rounds": ratios}
     if args.json:
         print(json.dumps({"results": results, "summary": summary}, indent=2))
         return 0
-    print(f"\n{args.nodes} nodes x 8 DRA GPUs, {args.pods} pods with a one-GPU claim each, claims made before the "
-          f"scheduler starts; medians of {args.rounds} round(s)")
+    asked = ("asking nvidia.com/gpu: 1 each, served by the DeviceClass (claims made by the scheduler)"
+             if args.extended else "with a one-GPU claim each, claims made before the scheduler starts")
+    print(f"\n{args.nodes} nodes x 8 DRA GPUs, {args.pods} pods {asked}; medians of {args.rounds} round(s)")
     print(f"{'way':<16}{'pods/s':>9}{'incl. start-up':>16}{'seconds':>9}   pods/s per round")
     for name, rounds in results.items():
         print(f"{name:<16}{statistics.median(r['pods_per_s'] for r in rounds):>9.0f}"

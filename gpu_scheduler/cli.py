@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="Pod objects, Namespace objects for their labels, PodGroup objects for their pod "
                                "groups (coscheduling, Workload API, Volcano), and the storage their volumes use: "
                                "PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSIDrivers, "
-                               "CSIStorageCapacities, VolumeAttachments; and their DRA ResourceClaims")
+                               "CSIStorageCapacities, VolumeAttachments; and their DRA ResourceClaims and "
+                               "ResourceClaimTemplates")
     simulate.add_argument("--config", type=Path, metavar="FILE", help="config.yaml or a ConfigMap manifest")
     simulate.add_argument("--json", action="store_true", help="print the result as one JSON object")
     simulate.add_argument("-v", "--verbose", action="store_true",
@@ -369,7 +370,7 @@ def _simulate(args: argparse.Namespace) -> int:
             hint = "" if given else " (the bundled example is missing: pass --nodes, --pods and --config)"
             raise UsageError(f"{flag} {path}: no such file{hint}")
     settings = _load_config(str(paths["--config"]))
-    storage_kinds = (*volumes.KINDS, *dra_state.KINDS)
+    storage_kinds = (*volumes.KINDS, *dra_state.KINDS, simulation.TEMPLATE_KIND)
     node_objects = _load_objects("--nodes", paths["--nodes"], kinds=("Node",), also=storage_kinds)
     pod_objects = _load_objects("--pods", paths["--pods"], kinds=("Pod", "Namespace"),
                                 also=(*storage_kinds, "PodGroup"))
@@ -401,6 +402,7 @@ def _simulation_table(result: Any) -> str:
     rows = [("POD", "RULE", "NODE", "GPUS", "NOTE")]
     for p in result.placements:
         gpus = ",".join(map(str, p.gpus)) + (f" ({p.gpu_milli}/1000)" if p.gpu_milli and p.gpus else "")
+        gpus = ",".join(filter(None, (gpus, *p.dra_devices)))
         rows.append((p.pod, p.rule or "-", p.node or "-", gpus or "-",
                      NOTES.get(p.outcome, p.reason or p.volume_note)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]

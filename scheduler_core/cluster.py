@@ -591,9 +591,25 @@ class Cluster:
     # --- summaries ----------------------------------------------------------------------------
 
     def gpu_totals(self) -> tuple[int, int]:
-        """(thousandths in use, thousandths in all) over present nodes."""
+        """(thousandths in use, thousandths in all) over present nodes: the device plugin's GPUs, and NVIDIA's DRA
+        GPUs (whole: a device in use counts whole)."""
         present = self.present[: self.size]
-        return int(self.gpu_used[: self.size][present].sum()), int(self.gpu_count[: self.size][present].sum()) * GPU_MILLI
+        used = int(self.gpu_used[: self.size][present].sum())
+        total = int(self.gpu_count[: self.size][present].sum()) * GPU_MILLI
+        for _, gpus, in_use in self.dra_gpus():
+            used, total = used + in_use * GPU_MILLI, total + gpus * GPU_MILLI
+        return used, total
+
+    def dra_gpus(self) -> Iterable[tuple[NodeFacts, int, int]]:
+        """For each present node with NVIDIA DRA GPUs: its facts, how many it has, and how many are in use."""
+        if not self.dra.slices or not self.dra.ready:
+            return
+        for row in np.flatnonzero(self.present[: self.size]).tolist():
+            facts = self.facts[row]
+            if facts is not None:
+                counts = self.dra.gpus_on(facts).values()
+                if counts:
+                    yield facts, sum(t for t, _ in counts), sum(u for _, u in counts)
 
 
 def _request(pod: PodFacts) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from scheduler_core import placement, plugins, profile, volumes, workloads
 from scheduler_core.cluster import Cluster
+from scheduler_core.dra import allocator as dra_allocator
 from scheduler_core.dra import extended as dra_extended
 from scheduler_core.dra import state as dra_state
 from scheduler_core.nodes import GPU_MILLI
@@ -44,6 +45,11 @@ class Decision:
             return self.claim_allocations
         pending = dra_extended.pending_key(pod.namespace, pod.identity)
         return (*self.claim_allocations, (pending, self.extended_claim[1]))
+
+    def dra_devices(self, pod: PodFacts) -> tuple[tuple[str, str, str], ...]:
+        """The DRA devices the decision allocates (driver, pool, device), in the claims' order."""
+        return tuple(device_id for _, allocation in self.held_claims(pod)
+                     for device_id, _, _ in dra_allocator.results_in(allocation))
 
 
 class Framework:

@@ -32,7 +32,9 @@ SPOT_ANNOTATION = "gpu-scheduler.io/spot"
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
 TERMINAL_PHASES = ("Succeeded", "Failed")  # such a pod holds no resources any more
 MAX_MODEL = 256  # characters of gpu.nvidia.com/model: a few dozen model names
-MAX_DEVICES_TEXT = 4096  # characters of gpu-scheduler.io/gpu-devices: MAX_GPUS entries fit
+MAX_DEVICES_TEXT = 8192  # characters of the devices record: MAX_GPUS entries and MAX_DRA_DEVICES fit
+MAX_DRA_DEVICES = 64  # DRA devices a record lists (two claims' worth of AllocationResultsMaxSize)
+DRA_KEYS = ("driver", "pool", "device")  # a DRA device's entry in the devices record
 MAX_PORT = 65535
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 MAX_HOST_IP = 45  # characters of the longest IPv6 address
@@ -274,10 +276,11 @@ def images_of(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 
 
 def parse_devices(text: object) -> tuple[Device, ...] | None:
-    """`[{"index": 0, "milli": 1000}, ...]`; None when absent or not of that shape.
+    """`[{"index": 0, "milli": 1000}, ...]`; None when absent or not of that shape. Entries of DRA devices
+    (`{"driver", "pool", "device"}`, which the record lists too) are passed over: their claims hold them.
 
-    At most MAX_GPUS entries with indices below it, in at most MAX_DEVICES_TEXT characters:
-    nothing larger names GPUs of one node, and reading it stays cheap.
+    At most MAX_GPUS entries with indices below it (and MAX_DRA_DEVICES more), in at most MAX_DEVICES_TEXT
+    characters: nothing larger names GPUs of one node, and reading it stays cheap.
     """
     if not isinstance(text, str) or len(text) > MAX_DEVICES_TEXT:
         return None
@@ -285,17 +288,21 @@ def parse_devices(text: object) -> tuple[Device, ...] | None:
         raw = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(raw, list) or len(raw) > MAX_GPUS:
+    if not isinstance(raw, list) or len(raw) > MAX_GPUS + MAX_DRA_DEVICES:
         return None
     devices = []
+    others = 0
     for item in raw:
         if not isinstance(item, Mapping):
             return None
+        if all(isinstance(item.get(key), str) for key in DRA_KEYS):
+            others += 1  # a DRA device: its claim's allocation is the truth of it, not this record
+            continue
         index, milli = item.get("index"), item.get("milli", GPU_MILLI)
         if not _integer(index) or not _integer(milli) or not 0 <= index < MAX_GPUS or not 0 < milli <= GPU_MILLI:
             return None
         devices.append(Device(index, milli))
-    return tuple(devices)
+    return tuple(devices) if len(devices) <= MAX_GPUS and others <= MAX_DRA_DEVICES else None
 
 
 def recorded_devices(pod: Mapping[str, Any]) -> tuple[Device, ...] | None:
@@ -307,9 +314,11 @@ def recorded_devices(pod: Mapping[str, Any]) -> tuple[Device, ...] | None:
     return None
 
 
-def devices_condition(devices: tuple[Device, ...]) -> dict[str, str]:
-    """The status condition that records a binding's devices (see DEVICES_CONDITION)."""
-    return {"type": DEVICES_CONDITION, "status": "True", "reason": "Bound", "message": format_devices(devices)}
+def devices_condition(devices: tuple[Device, ...], dra: tuple[tuple[str, str, str], ...] = ()) -> dict[str, str]:
+    """The status condition that records a binding's devices (see DEVICES_CONDITION): the device plugin's GPUs,
+    then the DRA devices its claims were allocated, by driver, pool and device, so one record shows both kinds."""
+    return {"type": DEVICES_CONDITION, "status": "True", "reason": "Bound",
+            "message": format_devices(devices, dra)}
 
 
 def _assigned_devices(pod: Mapping[str, Any]) -> tuple[tuple[Device, ...] | None, str | None, str | None]:
@@ -329,8 +338,10 @@ def _assigned_devices(pod: Mapping[str, Any]) -> tuple[tuple[Device, ...] | None
     return recorded, f"condition {DEVICES_CONDITION}", edited
 
 
-def format_devices(devices: tuple[Device, ...]) -> str:
-    return json.dumps([{"index": d.index, "milli": d.milli} for d in devices], separators=(",", ":"))
+def format_devices(devices: tuple[Device, ...], dra: tuple[tuple[str, str, str], ...] = ()) -> str:
+    entries: list[dict[str, Any]] = [{"index": d.index, "milli": d.milli} for d in devices]
+    entries += [dict(zip(DRA_KEYS, device_id)) for device_id in dra[:MAX_DRA_DEVICES]]
+    return json.dumps(entries, separators=(",", ":"))
 
 
 def _integer(value: object) -> TypeGuard[int]:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from scheduler_core import cluster as cluster_model
 from scheduler_core import fields, framework, gangs, nodes, podgroups, pods, profile, volumes
+from scheduler_core.dra import allocator
 from scheduler_core.dra import state as dra_state
 
 # admit(pod, namespaces) -> (the pod as admitted, its rule, how admission treated it, a line per step).
@@ -51,6 +52,7 @@ class Placement:
     outcome: Outcome
     admission: tuple[str, ...] = ()  # how the webhook treated the pod, a line per step (rules skipped, match)
     volumes: volumes.Plan | None = None  # for a placed pod: the claims bound to volumes, or provisioned, on its node
+    dra_devices: tuple[str, ...] = ()  # for a placed pod: the DRA devices its claims were allocated, driver/pool/device
 
     @property
     def ours(self) -> bool:
@@ -65,6 +67,8 @@ class Placement:
         if self.volumes:
             data["volumes"] = {"bind": {name: volume for (_, name), volume in self.volumes.bindings},
                                "provision": [name for _, name in self.volumes.provisions]}
+        if self.dra_devices:
+            data["dra_devices"] = list(self.dra_devices)
         return data
 
     @property
@@ -176,8 +180,13 @@ def simulate(
         model.storage.clear(kind)
     for kind in dra_state.KINDS:
         model.dra.clear(kind)
+    templates: dict[tuple[str, str], Mapping[str, Any]] = {}
     for obj in storage_objects:
         try:
+            if obj.get("kind") == TEMPLATE_KIND:
+                meta = fields.mapping(obj.get("metadata"))
+                templates[(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = obj
+                continue
             if obj.get("kind") in dra_state.KINDS:
                 model.dra.set(str(obj.get("kind")), obj)
                 continue
@@ -217,7 +226,7 @@ def simulate(
     for position, pod in enumerate(pod_list):
         if position not in placements:
             admitted, rule, admission = admit(pod, namespaces)
-            pending[position] = _Admitted(facts(admitted), rule, admission)
+            pending[position] = _Admitted(facts(_claims_made(admitted, templates, model)), rule, admission)
     for position, entry in pending.items():  # gated pods are not tried, alone or with their group, as in `run`
         gated = pods.gated_reason(entry.facts) if entry.facts.scheduler_name == scheduler_name else None
         if gated is not None:
@@ -249,7 +258,8 @@ def simulate(
             model.storage.assume(decision.volume_plan)
         placements[position] = _placement(pod_facts, decision.node, decision.devices, decision.reason, rule,
                                           outcome="placed" if decision.node else "unschedulable",
-                                          admission=admission, volume_plan=decision.volume_plan)
+                                          admission=admission, volume_plan=decision.volume_plan,
+                                          dra_devices=_dra_devices(decision, pod_facts))
     for ref, group_members in members.items():
         if ref not in outcomes:  # no gang (the basic policy): its members went one by one
             placed = [placements[p] for p in group_members if placements[p].outcome == "placed"]
@@ -332,7 +342,7 @@ def _place_gang(scheduler: framework.Framework, ref: podgroups.GroupRef, *, grou
         entry = members[position_of[member.identity]]
         placements[position_of[member.identity]] = _placement(
             member, chosen.node, chosen.devices, None, entry.rule, outcome="placed", admission=entry.admission,
-            volume_plan=chosen.volume_plan)
+            volume_plan=chosen.volume_plan, dra_devices=_dra_devices(chosen, member))
     for member, reason in decision.unplaced:
         entry = members[position_of[member.identity]]
         placements[position_of[member.identity]] = _placement(member, None, (), reason, entry.rule,
@@ -354,12 +364,50 @@ def _rule_of(pod: Mapping[str, Any]) -> str | None:
 
 def _placement(pod: pods.PodFacts, node: str | None, devices: tuple[pods.Device, ...], reason: str | None,
                rule: str | None, *, outcome: Outcome, admission: tuple[str, ...] = (),
-               volume_plan: volumes.Plan | None = None) -> Placement:
+               volume_plan: volumes.Plan | None = None, dra_devices: tuple[str, ...] = ()) -> Placement:
     return Placement(pod.key, node, tuple(d.index for d in devices), pod.gpu_milli or None, rule, reason, outcome,
-                     admission, volume_plan)
+                     admission, volume_plan, dra_devices)
+
+
+def _dra_devices(decision: framework.Decision, pod: pods.PodFacts) -> tuple[str, ...]:
+    return tuple(allocator.device_text(device_id) for device_id in decision.dra_devices(pod))
+
+
+TEMPLATE_KIND = "ResourceClaimTemplate"
+
+
+def _claims_made(pod: Mapping[str, Any], templates: Mapping[tuple[str, str], Mapping[str, Any]],
+                 model: cluster_model.Cluster) -> Mapping[str, Any]:
+    """The pod once kube-controller-manager's resourceclaim controller has made a claim from each template it
+    names (owned by the pod, named `<pod>-<entry>`; the controller adds a random suffix) and recorded it in the
+    pod's status. A template not in the input makes no claim: the pod waits for it, as in a cluster."""
+    spec, status = fields.mapping(pod.get("spec")), fields.mapping(pod.get("status"))
+    meta = fields.mapping(pod.get("metadata"))
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    known = {str(fields.mapping(s).get("name")) for s in fields.sequence(status.get("resourceClaimStatuses"))}
+    uid = str(meta.get("uid") or f"simulated-{namespace}-{name}")
+    made = []
+    for entry in map(fields.mapping, fields.sequence(spec.get("resourceClaims"))):
+        template = templates.get((namespace, str(entry.get("resourceClaimTemplateName"))))
+        if template is None or str(entry.get("name")) in known:
+            continue
+        claim_name = f"{name}-{entry.get('name')}"
+        model.dra.set("ResourceClaim", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": namespace, "name": claim_name, "uid": f"simulated-{namespace}-{claim_name}",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
+                                              "controller": True}]},
+            "spec": fields.mapping(fields.mapping(template.get("spec")).get("spec"))})
+        made.append({"name": entry.get("name"), "resourceClaimName": claim_name})
+    if not made:
+        return pod
+    return {**pod, "metadata": {**meta, "uid": uid},
+            "status": {**status, "resourceClaimStatuses": [*fields.sequence(status.get("resourceClaimStatuses")),
+                                                            *made]}}
 
 
 def _models(model: cluster_model.Cluster) -> tuple[ModelUsage, ...]:
+    """GPU use by model: the device plugin's GPUs by the node's model label, NVIDIA's DRA GPUs by product name."""
     usage: dict[str, list[int]] = {}
     for name, row in model.index.items():
         facts = model.node(row)
@@ -368,4 +416,10 @@ def _models(model: cluster_model.Cluster) -> tuple[ModelUsage, ...]:
             entry[0] += 1
             entry[1] += facts.gpu_count
             entry[2] += int(model.gpu_used[row])
+    for facts, _, _ in model.dra_gpus():
+        for product, (gpus, in_use) in model.dra.gpus_on(facts).items():
+            entry = usage.setdefault(product, [0, 0, 0])
+            entry[0] += 1
+            entry[1] += gpus
+            entry[2] += in_use * nodes.GPU_MILLI
     return tuple(ModelUsage(name, *values) for name, values in sorted(usage.items()))

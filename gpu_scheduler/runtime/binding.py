@@ -52,17 +52,17 @@ def write_volumes(api: client.ApiClient, changes: list[volumes.Write]) -> dict[s
 
 
 def record_devices(api: client.ApiClient, *, namespace: str, name: str, uid: str,
-                   devices: tuple[pods.Device, ...]) -> bool:
+                   devices: tuple[pods.Device, ...], dra: tuple[tuple[str, str, str], ...] = ()) -> bool:
     """Set the bound pod's devices condition; whether it was set. The UID in the patch makes the apiserver
     refuse (422) a pod re-created under the name. A failure is logged, not raised: the pod is bound and its
     annotation holds the devices; only a tenant's later edit of it could then mislead a restarted scheduler."""
-    body = {"metadata": {"uid": uid}, "status": {"conditions": [pods.devices_condition(devices)]}}
+    body = {"metadata": {"uid": uid}, "status": {"conditions": [pods.devices_condition(devices, dra)]}}
     try:
         rawapi.request(api, "PATCH", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status", body,
                        content_type=rawapi.STRATEGIC_MERGE_PATCH)
     except (ApiException, HTTPError, OSError) as err:
         log.warning("pod %s/%s is bound, but its devices %s could not be recorded in condition %s: %s",
-                    namespace, name, pods.format_devices(devices), pods.DEVICES_CONDITION,
+                    namespace, name, pods.format_devices(devices, dra), pods.DEVICES_CONDITION,
                     watching.describe_error(err))
         return False
     return True

@@ -383,9 +383,10 @@ class LiveScheduler:
         with self.bindings_pause:
             self.bindings_pause.wait_for(lambda: self.binding_now == 0 or self.stopped.is_set(),
                                          timeout=TRAILING_WAIT)
-        if decision.devices:
+        dra = decision.dra_devices(pending.facts)
+        if decision.devices or dra:
             binding.record_devices(self.api, namespace=pending.namespace, name=pending.name, uid=pending.uid,
-                                   devices=decision.devices)
+                                   devices=decision.devices, dra=dra)
         self.record_event(pending, "Normal", "Scheduled", f"Successfully assigned {pending.key} to {decision.node}")
 
     def _read(self, pending: watched.PendingPod) -> Any:

@@ -484,6 +484,16 @@ def test_a_pod_asking_for_nvidia_gpus_lands_on_a_dra_only_node_with_the_claim_th
     assert sorted((m["containerName"], m["requestName"]) for m in mappings) == [
         ("main", "container-1-request-0"), ("warm", "container-1-request-0")]
     assert "gpu-scheduler.io/gpu-devices" not in (pod["metadata"].get("annotations") or {})
+    if run.which == "ours":  # our record of the binding lists the DRA devices too, by driver, pool and device
+        wanted = sorted((r["driver"], r["pool"], r["device"]) for r in results)
+        deadline = time.monotonic() + 30
+        while True:
+            conditions = raw(run.core.read_namespaced_pod, "plain", run.namespace)["status"].get("conditions") or []
+            record = [json.loads(c["message"]) for c in conditions if c["type"] == "gpu-scheduler.io/GPUDevices"]
+            if record or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert record and sorted((d["driver"], d["pool"], d["device"]) for d in record[0]) == wanted, record
 
 
 def test_extended_gpus_fill_a_mixed_pool_and_free_again_when_their_pod_goes(run, extended_class):

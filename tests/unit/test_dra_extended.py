@@ -5,6 +5,7 @@ test_upstream_dra_extended.py; its plugin cases in test_upstream_dra_plugin.py."
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from scheduler_core import pods, preemption
@@ -165,3 +166,13 @@ def test_the_models_gpu_count_covers_dra_devices_by_product():
     assert decision.extended_claim is not None
     resources.assume(("ns", "c"), decision.extended_claim[1])
     assert sorted(model.allocated()) == [("dp", "NVIDIA-A100-SXM4-40GB", 0.0), ("dra", "NVIDIA A100-SXM4-40GB", 3.0)]
+
+
+def test_the_devices_record_lists_dra_devices_and_restoring_passes_over_them():
+    framework = mixed(device_plugin=())
+    decision = framework.decide(gpu_pod("p", 2))
+    condition = pods.devices_condition(decision.devices, decision.dra_devices(gpu_pod("p", 2)))
+    assert json.loads(condition["message"]) == [
+        {"driver": DRIVER, "pool": "dra", "device": "gpu-0"}, {"driver": DRIVER, "pool": "dra", "device": "gpu-1"}]
+    mixed_record = pods.format_devices((pods.Device(1, 1000),), (("gpu.nvidia.com", "n", "nic-0"),))
+    assert pods.parse_devices(mixed_record) == (pods.Device(1, 1000),)

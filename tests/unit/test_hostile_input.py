@@ -93,7 +93,7 @@ def test_the_webhook_reads_a_share_as_the_scheduler_does(value, share):
         '[{"index": 128}]',
         "[" + ",".join(['{"index": 0}'] * 129) + "]",
         "[" * 3000,
-        " " * 4096 + "[]",
+        " " * pods.MAX_DEVICES_TEXT + "[]",
         '"[]"',
         "5",
     ],

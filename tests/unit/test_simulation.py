@@ -348,3 +348,35 @@ def test_the_table_says_where_each_group_went_or_why_not(tmp_path):
         f"  ns/job-b (scheduling.x-k8s.io/v1alpha1): none placed: {reason}",
     ]
     assert next(line for line in out if line.startswith("ns/b-1")).endswith(reason)
+
+
+def test_simulate_places_dra_pods_from_templates_and_extended_resources_and_counts_dra_gpus():
+    """Offline, as in a cluster: a claim made from each template a pod names, nvidia.com/gpu served by a
+    DeviceClass on a DRA-only node, the devices in the placement, and DRA GPUs in the allocation figures."""
+    from tests.unit.test_dra import gpu_slice
+    from tests.unit.test_dra_extended import gpu_class
+
+    dra_node = node("dra", gpus=0)
+    slices = [{"kind": "ResourceSlice", **gpu_slice("dra", count=4)}, {"kind": "DeviceClass", **gpu_class()}]
+    template = {"kind": "ResourceClaimTemplate", "metadata": {"namespace": "ns", "name": "two"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}}
+    with_template = pod("claims")
+    with_template["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two"}]
+    plain = pod("plain", gpus=1)
+    missing = pod("missing")
+    missing["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "absent"}]
+    settings = config.Config()
+    for obj in (with_template, plain, missing):
+        obj["spec"]["schedulerName"] = settings.scheduler_name
+    result = simulation.simulate([dra_node], [with_template, plain, missing], scheduler_name=settings.scheduler_name,
+                                 gpu_resources=("nvidia.com/gpu",), scheduling=settings.scheduling,
+                                 admit=lambda p, _: (p, None, ()), storage_objects=[*slices, template])
+    placed = {p.pod: p for p in result.placements}
+    assert placed["ns/claims"].node == "dra" and placed["ns/claims"].dra_devices == (
+        "gpu.nvidia.com/dra/gpu-0", "gpu.nvidia.com/dra/gpu-1")
+    assert placed["ns/plain"].node == "dra" and placed["ns/plain"].dra_devices == ("gpu.nvidia.com/dra/gpu-2",)
+    assert placed["ns/missing"].node is None and "ResourceClaim not created yet" in (placed["ns/missing"].reason or "")
+    assert (result.used_milli, result.total_milli) == (3000, 4000)
+    assert [(m.model, m.gpus, m.used_milli) for m in result.models] == [("NVIDIA A100-SXM4-40GB", 4, 3000)]
+    assert placed["ns/plain"].as_json()["dra_devices"] == ["gpu.nvidia.com/dra/gpu-2"]
