@@ -530,3 +530,48 @@ def test_extended_gpus_fill_a_mixed_pool_and_free_again_when_their_pod_goes(run,
     else:
         raise AssertionError(f"{run.which}: claim {claim_name} outlived its pod")
     assert run.node_of(waiting[0], timeout=60) == f"{pool}-0"
+
+
+EXTENDED_PIECES = ((8,), (4, 4), (4, 2, 2), (4, 2, 1, 1), (3, 3, 2), (2, 2, 2, 2), (2, 2, 2, 1, 1))
+# Seed 2: 1,2,1,1,2,2,1,2,2, then 8 and 2 on three nodes of 8 GPUs. Ours binpacks and places all; a scheduler that
+# spreads the small pods over the three nodes has no node left for the 8.
+EXTENDED_SEED = 2
+
+
+def extended_workload(seed: int, nodes: int = 3) -> list[int]:
+    """GPU counts of plain pods (`nvidia.com/gpu: N`) that cut each node's 8 GPUs into pieces, shuffled: all fit
+    at once if each goes where it was cut from, so a pod left pending is a placement that spread GPUs another pod
+    needed together."""
+    import random
+
+    rng = random.Random(seed)
+    counts = [count for _ in range(nodes) for count in rng.choice(EXTENDED_PIECES)]
+    rng.shuffle(counts)
+    return counts
+
+
+def test_pods_asking_nvidia_gpus_on_dra_nodes_ours_leaves_no_more_pending_than_kube_scheduler(scenarios,
+                                                                                             extended_class):
+    """The same plain GPU pods (extended_workload), one at a time, on the same DRA-only nodes under each scheduler:
+    every claim made for them holds devices of the pod's node, none twice, and ours leaves no more pods pending
+    than kube-scheduler."""
+    pools = {which: scenario.pool("extended-fit", nodes=3) for which, scenario in scenarios.items()}
+    placed: dict[str, dict[str, str | None]] = {which: {} for which in scenarios}
+    for index, count in enumerate(extended_workload(EXTENDED_SEED)):
+        name = f"fit-{index}"
+        for which, scenario in scenarios.items():
+            gpu_pod(scenario, name, pools[which], count)
+        for which, scenario in scenarios.items():
+            placed[which][name] = decided(scenario, name)
+    for which, scenario in scenarios.items():
+        seen: set[tuple[str, str]] = set()
+        for name, node in placed[which].items():
+            if not node:
+                continue
+            for result in extended_claim(scenario, name)["status"]["allocation"]["devices"]["results"]:
+                assert result["pool"] == node, f"{which}: {name} on {node} holds {result}"
+                assert (result["pool"], result["device"]) not in seen, f"{which}: {result} twice"
+                seen.add((result["pool"], result["device"]))
+    pending = {which: sorted(name for name, node in found.items() if not node) for which, found in placed.items()}
+    print(f"GPU pods left pending: {pending}; nodes: {placed}")
+    assert len(pending["ours"]) <= len(pending["kube"]), pending
