@@ -894,3 +894,11 @@ def test_the_devices_of_claims_kube_scheduler_allocated_are_counted_and_bind_wri
     filter_names(client, pod_obj, ["dra-2"])
     assert bind(client, core, pod_obj, "dra-2") == ""
     assert DEVICES not in core.pods[("ns", "p")]["metadata"].get("annotations", {})
+
+
+def test_the_extenders_metrics_count_dra_gpus_and_the_gpus_there_are():
+    ext, _, client = dra_extender()
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'gpu_scheduler_allocated_gpus{model="NVIDIA A100-SXM4-40GB",node="dra-2"} 0.0' in text
+    assert 'gpu_scheduler_gpus{model="NVIDIA A100-SXM4-40GB",node="dra-2"} 8.0' in text
+    assert 'gpu_scheduler_gpus{model="NVIDIA-A100-SXM4-40GB",node="a100-1"}' in text
