@@ -350,9 +350,10 @@ def dynamic_resources_pre(cycle: Cycle) -> str | None:
     if not pod.resource_claims and not pod.extended_asks:
         return None
     resources = cycle.cluster.dra
+    if not pod.resource_claims and not any(resources.serving(r) for ask in pod.extended_asks for r in ask.asks):
+        return None  # extended resources no class serves (or none known yet: the DRA objects not listed)
     if not resources.ready:
-        # extended resources alone: until the DeviceClasses are known only the device plugin serves them
-        return DRA_UNKNOWN if pod.resource_claims else None
+        return DRA_UNKNOWN
     found = resources.pre_filter(pod.namespace, pod.key.partition("/")[2], pod.uid, pod.resource_claims,
                                  asks=pod.extended_asks)
     if isinstance(found, str):
