@@ -177,12 +177,15 @@ def capacity_problems(pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any
     """GPUs as the bound pods hold them: no node holds more whole GPUs than it has, every recorded GPU exists,
     no GPU is given beyond 1000 thousandths, and a whole GPU is nobody else's. The GPU pods of `scheduler`
     must also carry devices that match their request (n whole GPUs, or one GPU with their share).
-    `devices` replaces the annotation of the pods it names (what they held when bound)."""
+    `devices` replaces the annotation of the pods it names (what they held when bound). A pod whose GPUs DRA
+    serves (its status names the claim made for them) holds no device-plugin GPU: its claim holds its devices."""
     problems = []
     whole: defaultdict[str, int] = defaultdict(int)
     use: defaultdict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
     for pod in bound(pods):
         name, node = pod_name(pod), pod["spec"]["nodeName"]
+        if (pod.get("status") or {}).get("extendedResourceClaimStatus"):
+            continue
         gpus, milli = whole_gpus(pod), share_milli(pod)
         held = (devices or {}).get(name, devices_of(pod))
         whole[node] += gpus
