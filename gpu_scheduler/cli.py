@@ -208,7 +208,8 @@ def _parser() -> argparse.ArgumentParser:
                     "published protocol: every pod plus random copies up to 1.3x the cluster's GPUs, in a seeded "
                     "random order, placed one at a time; the GPU allocation ratio when the arrived GPU demand "
                     "reaches 100, 110, 120 and 130%, mean and spread over the seeds. Policies: "
-                    "random, dotproduct, gpupacking, bestfit, fgd, and ours (the product's default scheduling).",
+                    "random, dotproduct, gpupacking, bestfit, fgd, and ours (the product's default scheduling). "
+                    "With --dra, the GPUs are DRA devices and ours is set against upstream's first-fit device order.",
     )
     bench_openb.add_argument("--trace-dir", type=Path, metavar="DIR",
                              help=f"the trace's csv directory (default: ${OPENB_DIR_ENV}); with it, --nodes defaults "
@@ -219,7 +220,8 @@ def _parser() -> argparse.ArgumentParser:
                              help="openb_pod_list_*.csv, or with --trace-dir a trace name such as default")
     bench_openb.add_argument("--seeds", default="42-51", help="a range like 42-51 or a list (default 42-51)")
     bench_openb.add_argument("--policy", action="append", metavar="NAME",
-                             help="a policy to run, repeatable (default: all)")
+                             help="a policy to run, repeatable (default: all; with --dra: ours, ours-first-fit, "
+                                  "kube-like, ours-device-plugin)")
     bench_openb.add_argument("--json", action="store_true",
                              help='print {"policies": {NAME: {"alloc_ratio": {"100": %%, ...}, "seeds": [...]}}}')
     bench_openb.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -229,6 +231,13 @@ def _parser() -> argparse.ArgumentParser:
                              help="also group the pods asking for more than one GPU into jobs of 2-16 (drawn from "
                                   "the seed), place each job whole or not at all, and show the GPUs that jobs only "
                                   "partly placed hold, against the same jobs placed pod by pod")
+    bench_openb.add_argument("--dra", action="store_true",
+                             help="replay with each GPU a DRA device: nodes without nvidia.com/gpu, a ResourceSlice "
+                                  "of their GPUs as NVIDIA's DRA driver publishes them, a DeviceClass serving "
+                                  "nvidia.com/gpu (whole-GPU pods keep asking for it; GPU-share pods are left out); "
+                                  "policies ours, ours-first-fit (our node choice, upstream's first-fit devices), "
+                                  "kube-like (a random node that fits, first-fit devices) and ours-device-plugin "
+                                  "(the same pods on the device plugin), ours against each")
     bench_openb.set_defaults(run=_bench_openb)
     return parser
 
@@ -261,7 +270,7 @@ def _bench_openb(args: argparse.Namespace) -> int:
     nodes, pods = _openb_files(args)
     try:
         return bench.main(nodes, pods, seeds_text=args.seeds, policies=args.policy, as_json=args.json,
-                          plot_path=args.plot, jobs=args.jobs, gangs=args.gangs)
+                          plot_path=args.plot, jobs=args.jobs, gangs=args.gangs, dra=args.dra)
     except bench.BenchError as err:
         raise UsageError(str(err)) from err
 

@@ -600,6 +600,17 @@ class Cluster:
             used, total = used + in_use * GPU_MILLI, total + gpus * GPU_MILLI
         return used, total
 
+    def gpu_capacity(self) -> np.ndarray:
+        """Per row, the GPUs of a present node: the device plugin's, or for a node without any, its NVIDIA DRA GPUs."""
+        capacity = self.gpu_count[: self.size] * self.present[: self.size]
+        dra = [(self.index[facts.name], gpus) for facts, gpus, _ in self.dra_gpus()]
+        if dra:
+            capacity = capacity.copy()
+            for row, gpus in dra:
+                if not capacity[row]:
+                    capacity[row] = gpus
+        return capacity
+
     def dra_gpus(self) -> Iterable[tuple[NodeFacts, int, int]]:
         """For each present node with NVIDIA DRA GPUs: its facts, how many it has, and how many are in use."""
         if not self.dra.slices or not self.dra.ready:

@@ -86,7 +86,7 @@ class Workload:
         self._shapes: Shapes | None = None
         self._changes = 0
         self._matches: dict[tuple[int, int], np.ndarray] = {}
-        self._contention: dict[tuple[int, int, tuple[frozenset[str], ...]], np.ndarray] = {}
+        self._contention: dict[tuple[int, int, tuple[frozenset[str], ...], int], np.ndarray] = {}
         self._costs: dict[tuple[Any, ...], RowMemo] = {}
         self._standing: tuple[tuple[int, int], RowMemo] | None = None
         self._models: tuple[tuple[int, int, int], list[str | None], np.ndarray] | None = None
@@ -194,14 +194,15 @@ class Workload:
 
     def contention(self, cluster: Cluster, models: tuple[frozenset[str], ...]) -> np.ndarray:
         """Per row: how far the pods that need the node's GPU model (other than `models`) outweigh
-        that model's share of the cluster, as GPU demand share over GPU capacity share, summed."""
-        key = (cluster.labels_version, cluster.size, models)
+        that model's share of the cluster, as GPU demand share over GPU capacity share, summed (a node's GPUs:
+        the device plugin's, or its DRA GPUs)."""
+        key = (cluster.labels_version, cluster.size, models, cluster.dra.devices_version)
         found = self._contention.get(key)
         if found is None:
             if len(self._contention) > 64:
                 self._contention.clear()
             found = np.zeros(cluster.size)
-            capacity = cluster.gpu_count[: cluster.size] * cluster.present[: cluster.size]
+            capacity = cluster.gpu_capacity()
             total = float(capacity.sum()) or 1.0
             for wanted, share in self.shapes().constrained:
                 if wanted == models:

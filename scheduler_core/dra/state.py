@@ -157,6 +157,11 @@ class Resources:
         self.extended: dict[str, str] = {}  # extended resource name -> the DeviceClass serving it
         self.extended_claims: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, pod uid) -> its claim's key
 
+    @property
+    def devices_version(self) -> int:
+        """Moves whenever the slices or classes change (the devices there are), not with allocations."""
+        return self._slices_version
+
     # --- taking objects in
 
     @property

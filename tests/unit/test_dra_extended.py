@@ -176,3 +176,10 @@ def test_the_devices_record_lists_dra_devices_and_restoring_passes_over_them():
         {"driver": DRIVER, "pool": "dra", "device": "gpu-0"}, {"driver": DRIVER, "pool": "dra", "device": "gpu-1"}]
     mixed_record = pods.format_devices((pods.Device(1, 1000),), (("gpu.nvidia.com", "n", "nic-0"),))
     assert pods.parse_devices(mixed_record) == (pods.Device(1, 1000),)
+
+
+def test_gpu_capacity_counts_dra_gpus_where_the_device_plugin_has_none():
+    framework = mixed(device_plugin=("dp",), dra=("dra",), count=4)
+    capacity = framework.cluster.gpu_capacity()
+    rows = framework.cluster.index
+    assert capacity[rows["dp"]] == 8 and capacity[rows["dra"]] == 4

@@ -185,7 +185,11 @@ def test_bad_seed_ranges(text):
 
 @pytest.fixture(scope="module")
 def tiny_trace(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("openb")
+    return write_tiny_trace(tmp_path_factory.mktemp("openb"))
+
+
+def write_tiny_trace(folder):
+    """nodes.csv and pods.csv in `folder`: 4 nodes (20 GPUs), 7 pods of which 2 ask for a GPU share."""
     nodes = [node_row(f"n{i}", gpus=g, cpu=c, model=m)
              for i, (g, c, m) in enumerate([(8, 96000, "G2"), (2, 104000, "T4"), (2, 16000, "P100"), (8, 96000, "G2")])]
     pods = [pod_row(f"p{i}", gpus=g, milli=m, cpu=c, spec=s) for i, (g, m, c, s) in enumerate(
