@@ -19,7 +19,7 @@ from typing import Any
 from flask import Flask
 
 from gpu_scheduler import namespaces, sources
-from webhook import app, reloading
+from webhook import app, reloading, resourceclaims
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     holder = reloading.ConfigHolder()
     sources.start(holder, config_file=settings.config_file, config_map=settings.config_map, core_api=core_api)
     namespace_labels = namespaces.NamespaceLabels(core_api).start()
-    built = app.create_app(holder, namespace_labels=namespace_labels.get)
+    built = app.create_app(holder, namespace_labels=namespace_labels.get, claims=_claims(core_api))
     _freeze_startup_objects()
     return built
 
@@ -65,6 +65,18 @@ def _freeze_startup_objects() -> None:
     mid-request was the webhook's whole tail latency; what requests allocate is still collected as usual."""
     gc.collect()
     gc.freeze()
+
+
+def _claims(core_api: Any | None) -> app.Claims | None:
+    """The pods' ResourceClaims and templates, each read with one GET when a pod names it (webhook.resourceclaims)."""
+    if core_api is None:
+        return None
+    from gpu_scheduler import rawapi
+
+    def fetch(path: str, timeout: float) -> bytes:
+        return rawapi.request(core_api.api_client, "GET", path, None, timeout=timeout, retry=False)
+
+    return resourceclaims.ClaimCache(fetch).get
 
 
 def _core_api(settings: Settings) -> Any | None:

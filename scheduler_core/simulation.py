@@ -27,9 +27,19 @@ from scheduler_core.dra import allocator
 from scheduler_core.dra import state as dra_state
 
 # admit(pod, namespaces) -> (the pod as admitted, its rule, how admission treated it, a line per step).
-# `namespaces` maps each namespace given in the input to its labels.
+# `namespaces` maps each namespace given in the input to its labels (a Namespaces: with the input's claims too).
 Admit = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, str]]],
                  tuple[Mapping[str, Any], str | None, tuple[str, ...]]]
+
+
+class Namespaces(dict[str, dict[str, str]]):
+    """The labels of each namespace of the input, by name, as `admit` is handed them, and `claims`: the input's
+    ResourceClaims and ResourceClaimTemplates by (kind, namespace, name), for admission rules on DRA demand."""
+
+    def __init__(self, labels: Mapping[str, dict[str, str]],
+                 claims: Mapping[tuple[str, str, str], Mapping[str, Any]]):
+        super().__init__(labels)
+        self.claims = claims
 
 
 class InputError(ValueError):
@@ -198,11 +208,13 @@ def simulate(
         model.set_node(nodes.parse(node, gpu_resources=gpu_resources, now=now,
                                    utilization_max_age=scheduling.utilization_max_age_seconds))
     scheduler = framework.Framework(model, scheduling)
-    namespaces: dict[str, dict[str, str]] = {
+    namespaces = Namespaces({
         str((obj.get("metadata") or {}).get("name")): dict((obj.get("metadata") or {}).get("labels") or {})
         for obj in pod_objects
         if obj.get("kind") == "Namespace"
-    }
+    }, claims={(str(obj.get("kind")), str(fields.mapping(obj.get("metadata")).get("namespace") or "default"),
+                str(fields.mapping(obj.get("metadata")).get("name") or "")): obj
+               for obj in storage_objects if obj.get("kind") in (TEMPLATE_KIND, "ResourceClaim")})
     model.set_namespaces(namespaces)  # the input's namespaces are all there are, for pod affinity's namespaceSelector
     pod_list = [obj for obj in pod_objects if obj.get("kind", "Pod") == "Pod"]
 

@@ -1,9 +1,10 @@
 """The Flask application: parse the AdmissionReview, call the pure decision, write the answer.
 
-`create_app(holder, namespace_labels=...)` is handed what it reads: the configuration in force
-and a lookup of namespace labels. The process shell (gpu_scheduler.webhook_worker) builds those
-in each gunicorn worker after fork, with their watches, and calls it; nothing here talks to the
-API or happens at import time.
+`create_app(holder, namespace_labels=..., claims=...)` is handed what it reads: the configuration
+in force, a lookup of namespace labels and one of ResourceClaims and ResourceClaimTemplates (the
+pod's DRA demand, webhook.resourceclaims). The process shell (gpu_scheduler.webhook_worker) builds
+those in each gunicorn worker after fork, with their watches, and calls it; nothing here talks to
+the API or happens at import time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import metrics, patches, reloading, reviews
+from webhook import metrics, patches, reloading, reviews, rules
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,14 @@ MAX_BODY_BYTES = 6 * 2**20  # an AdmissionReview of the largest pod etcd stores,
 
 # A namespace's labels, or None when they cannot be known (rules with a namespaceSelector then do not match).
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
+# (kind, namespace, name) -> the device requests of that ResourceClaim or ResourceClaimTemplate, or why they are
+# unknown (the pod's DRA demand is then unknown: rules with deviceClasses match it only by the classes known).
+Claims = Callable[[str, str, str], rules.DeviceRequests | str]
 
 
-def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLabels) -> Flask:
+def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLabels,
+               claims: Claims | None = None) -> Flask:
+    """`claims` None: no claim can be read (no cluster access), so DRA demand in claims is unknown."""
     app = Flask("gpu-scheduler-webhook")
     outcomes = {outcome: metrics.REQUESTS.labels(outcome) for outcome in metrics.OUTCOMES}
 
@@ -44,7 +50,7 @@ def create_app(holder: reloading.ConfigHolder, *, namespace_labels: NamespaceLab
             outcomes["invalid"].inc()
             message = str(err) if isinstance(err, reviews.ReviewError) else f"body: not valid JSON ({err})"
             return _error(400, message)
-        answer, outcome = _answer(review, holder, namespace_labels)
+        answer, outcome = _answer(review, holder, namespace_labels, claims)
         outcomes[outcome].inc()
         encoded = orjson.dumps(answer)
         metrics.LATENCY.observe(time.perf_counter() - started)
@@ -75,6 +81,7 @@ def _answer(
     review: reviews.Request,
     holder: reloading.ConfigHolder,
     namespace_labels: NamespaceLabels,
+    claims: Claims | None = None,
 ) -> tuple[reviews.AdmissionReview, str]:
     """The AdmissionReview to send and the outcome to count. Never raises."""
     if not review.is_pod_create:
@@ -86,18 +93,29 @@ def _answer(
     try:
         assert review.object is not None
         labels = namespace_labels(review.namespace) if settings.admission.selects_namespaces else {}
-        decision = patches.decide(review.object, namespace_labels=labels, settings=settings)
+        decision = patches.decide(review.object, namespace_labels=labels, settings=settings,
+                                  claims=_in_namespace(claims, review.namespace))
     except Exception:  # a bug must not block pod creation: admit unmutated, loudly
         log.exception("failed to decide on pod %s/%s", review.namespace, _pod_name(review.object))
         return reviews.response(review.uid, warnings=["gpu-scheduler: internal error; pod not mutated"]), "error"
     warnings = []
     if decision.namespace_unknown:
         warnings.append("gpu-scheduler: namespace labels unavailable; namespaceSelector rules skipped")
+    if decision.claims_unknown:
+        more = len(decision.claims_unknown) - 1
+        warnings.append(f"gpu-scheduler: DRA demand unknown: {decision.claims_unknown[0]}"
+                        + (f" (and {more} more)" if more else "") + "; deviceClasses rules match only classes known")
     if decision.rule is not None:
         metrics.RULE_MATCHES.labels(decision.rule).inc()
     audit = {"rule": decision.rule} if decision.rule else None
     answer = reviews.response(review.uid, patch=decision.patch, audit=audit, warnings=warnings)
     return answer, "patched" if decision.patch else "unchanged"
+
+
+def _in_namespace(claims: Claims | None, namespace: str) -> rules.ClaimLookup | None:
+    if claims is None:
+        return None
+    return lambda kind, name: claims(kind, namespace, name)
 
 
 class BodyTooLarge(Exception):

@@ -112,6 +112,7 @@ class Rule:
     min_gpus: int | None = None  # bounds on the pod's GPU request, inclusive
     max_gpus: int | None = None
     actions: RuleActions = field(default_factory=RuleActions)
+    device_classes: tuple[str, ...] | None = None  # None: any pod; else only pods asking devices of one of these
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,18 @@ class Admission:
     override_scheduler_name: bool = False  # replace a non-default schedulerName the pod has
     initial_deletion_cost: int = -50  # deletion cost when the rule sets none
     rules: tuple[Rule, ...] = ()
+    device_classes: tuple[str, ...] = ()  # DeviceClasses whose devices are GPUs: asking any through DRA makes a GPU pod
 
     @cached_property
     def selects_namespaces(self) -> bool:
         """Whether any rule has a namespaceSelector, so that a pod's namespace labels must be looked up."""
         return any(rule.namespace_selector is not None for rule in self.rules)
+
+    @cached_property
+    def reads_claims(self) -> bool:
+        """Whether a pod's DRA demand matters (GPU classes, or a rule with deviceClasses), so that its
+        ResourceClaims and ResourceClaimTemplates must be looked up."""
+        return bool(self.device_classes) or any(rule.device_classes is not None for rule in self.rules)
 
 
 @dataclass(frozen=True)
@@ -224,11 +232,12 @@ class _Checker:
 
 
 def _admission(check: _Checker, value: object, path: str) -> Admission | None:
-    fields = {"gpuResources", "overrideSchedulerName", "deletionCost", "rules"}
+    fields = {"gpuResources", "deviceClasses", "overrideSchedulerName", "deletionCost", "rules"}
     section = check.mapping(value, path, fields)
     if section is None:
         return None
     gpu_resources = check.optional(section, "gpuResources", path, _resource_names, Admission.gpu_resources)
+    device_classes = check.optional(section, "deviceClasses", path, _device_classes, Admission.device_classes)
     override = check.optional(section, "overrideSchedulerName", path, _boolean, False)
     initial = Admission.initial_deletion_cost
     if "deletionCost" in section:
@@ -256,11 +265,12 @@ def _admission(check: _Checker, value: object, path: str) -> Admission | None:
         override_scheduler_name=override,
         initial_deletion_cost=initial,
         rules=tuple(rules),
+        device_classes=device_classes,
     )
 
 
 def _rule(check: _Checker, value: object, path: str) -> Rule | None:
-    fields = {"name", "namespaceSelector", "podSelector", "minGPUs", "maxGPUs", "set"}
+    fields = {"name", "namespaceSelector", "podSelector", "minGPUs", "maxGPUs", "deviceClasses", "set"}
     raw = check.mapping(value, path, fields)
     if raw is None:
         return None
@@ -274,10 +284,11 @@ def _rule(check: _Checker, value: object, path: str) -> Rule | None:
     max_gpus = check.optional(raw, "maxGPUs", path, _non_negative_int, None)
     if min_gpus is not None and max_gpus is not None and min_gpus > max_gpus:
         check.fail(_join(path, "maxGPUs"), f"must be at least minGPUs ({min_gpus}), got {max_gpus}")
+    device_classes = check.optional(raw, "deviceClasses", path, _rule_device_classes, None)
     actions = check.optional(raw, "set", path, _actions, RuleActions())
     if len(check.problems) > before:
         return None
-    return Rule(name, namespace_selector, pod_selector, min_gpus, max_gpus, actions)
+    return Rule(name, namespace_selector, pod_selector, min_gpus, max_gpus, actions, device_classes)
 
 
 def _actions(check: _Checker, value: object, path: str) -> RuleActions | None:
@@ -469,6 +480,31 @@ def _resource_names(check: _Checker, value: object, path: str) -> tuple[str, ...
             continue
         result.append(text)
     return tuple(result) if len(result) == len(value) else None
+
+
+def _device_classes(check: _Checker, value: object, path: str, *, empty: bool = True) -> tuple[str, ...] | None:
+    """A list of DeviceClass names (DNS subdomains, as the apiserver names DeviceClasses), each once."""
+    if not isinstance(value, list) or (not value and not empty):
+        wanted = "a list" if empty else "a non-empty list"
+        check.fail(path, f"must be {wanted} of DeviceClass names, got {_show(value)}")
+        return None
+    result: list[str] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(value):
+        item_path = f"{path}[{index}]"
+        if not isinstance(item, str) or not item or names.dns_subdomain_problem(item):
+            check.fail(item_path, f"must be a DeviceClass name (a DNS subdomain), got {_show(item)}")
+        elif item in seen:
+            check.fail(item_path, f"duplicate DeviceClass {_show(item)} (also {path.rpartition('.')[2]}[{seen[item]}])")
+        else:
+            seen[item] = index
+            result.append(item)
+    return tuple(result) if len(result) == len(value) else None
+
+
+def _rule_device_classes(check: _Checker, value: object, path: str) -> tuple[str, ...] | None:
+    """A rule's deviceClasses: an empty list would match no pod, so it is refused."""
+    return _device_classes(check, value, path, empty=False)
 
 
 def _string_map(

@@ -36,6 +36,12 @@ NAMESPACE_LOOKUP_FAILURES = Counter(
     "gpu_scheduler_webhook_namespace_lookup_failures_total",
     "Pods whose namespace labels could not be read, so namespace-selecting rules could not match.",
 )
+CLAIM_LOOKUP_FAILURES = Counter(
+    "gpu_scheduler_webhook_claim_lookup_failures_total",
+    "ResourceClaims and ResourceClaimTemplates named by pods that could not be read (reason not_found or error), "
+    "so those pods' DRA demand was unknown to rules with deviceClasses.",
+    ["reason"],
+)
 CONFIG_RELOADS = Counter(
     "gpu_scheduler_config_reloads_total",
     "Valid configurations loaded (the first load included).",

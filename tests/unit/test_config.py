@@ -79,6 +79,47 @@ def test_the_design_example_parses_into_rules():
     assert settings.scheduling.warmup == profile.Warmup(seconds=120, cost=10)
 
 
+def test_device_classes_parse_for_admission_and_for_rules():
+    settings = load(
+        """
+        admission:
+          deviceClasses: [gpu.nvidia.com, mig.nvidia.com]
+          rules:
+            - {name: dra, deviceClasses: [gpu.nvidia.com], minGPUs: 2}
+            - {name: any-gpu}
+        """
+    )
+    admission = settings.admission
+    assert admission.device_classes == ("gpu.nvidia.com", "mig.nvidia.com")
+    assert [rule.device_classes for rule in admission.rules] == [("gpu.nvidia.com",), None]
+    assert admission.reads_claims and admission.gpu_resources == ("nvidia.com/gpu",)
+
+
+@pytest.mark.parametrize(
+    ("text", "reads"),
+    [
+        ("schedulerName: gpu-scheduler", False),
+        ("admission: {deviceClasses: []}", False),
+        ("admission: {deviceClasses: [gpu.nvidia.com]}", True),
+        ("admission: {rules: [{name: a, deviceClasses: [gpu.nvidia.com]}]}", True),
+    ],
+)
+def test_claims_are_read_only_when_a_field_asks_for_dra_demand(text, reads):
+    admission = load(text).admission
+    assert admission.reads_claims is reads
+    assert admission.device_classes == (("gpu.nvidia.com",) if "deviceClasses: [gpu" in text and "rules" not in text
+                                        else ())
+
+
+def test_the_dra_example_is_valid_and_targets_dra_pods():
+    from pathlib import Path
+
+    settings = config.loads((Path(__file__).parents[2] / "examples" / "config-dra.yaml").read_text())
+    assert settings.admission.device_classes == ("gpu.nvidia.com", "mig.nvidia.com")
+    assert [(rule.name, rule.device_classes) for rule in settings.admission.rules] == [
+        ("dra-training", ("gpu.nvidia.com",)), ("dra-mig", ("mig.nvidia.com",)), ("any-gpu", None)]
+
+
 def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
     settings = load(
         """
@@ -166,6 +207,32 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("admission: {rules: [{name: a, namespaceSelector: {matchLabel: {team: x}}}]}",
          ["admission.rules[0].namespaceSelector.matchLabel: unknown field; expected one of matchExpressions, "
           "matchLabels"]),
+        ("admission: {deviceClasses: gpu.nvidia.com}",
+         ['admission.deviceClasses: must be a list of DeviceClass names, got "gpu.nvidia.com"']),
+        ("admission: {deviceClasses: [gpu.nvidia.com, 'x y']}",
+         ['admission.deviceClasses[1]: must be a DeviceClass name (a DNS subdomain), got "x y"']),
+        ("admission: {deviceClasses: [GPU.nvidia.com, 3, '']}",
+         ['admission.deviceClasses[0]: must be a DeviceClass name (a DNS subdomain), got "GPU.nvidia.com"',
+          "admission.deviceClasses[1]: must be a DeviceClass name (a DNS subdomain), got 3",
+          'admission.deviceClasses[2]: must be a DeviceClass name (a DNS subdomain), got ""']),
+        (f"admission: {{deviceClasses: [{'a' * 254}]}}",
+         [f'admission.deviceClasses[0]: must be a DeviceClass name (a DNS subdomain), got "{"a" * 254}"']),
+        ("admission: {deviceClasses: [gpu.nvidia.com, mig.nvidia.com, gpu.nvidia.com]}",
+         ['admission.deviceClasses[2]: duplicate DeviceClass "gpu.nvidia.com" (also deviceClasses[0])']),
+        ("admission: {rules: [{name: a}, {name: b, deviceClasses: ['x y']}]}",
+         ['admission.rules[1].deviceClasses[0]: must be a DeviceClass name (a DNS subdomain), got "x y"']),
+        ("admission: {rules: [{name: a, deviceClasses: []}]}",
+         ["admission.rules[0].deviceClasses: must be a non-empty list of DeviceClass names, got []"]),
+        ("admission: {rules: [{name: a, deviceClasses: gpu.nvidia.com}]}",
+         ['admission.rules[0].deviceClasses: must be a non-empty list of DeviceClass names, got "gpu.nvidia.com"']),
+        ("admission: {rules: [{name: a, deviceClasses: [a.b, a.b]}]}",
+         ['admission.rules[0].deviceClasses[1]: duplicate DeviceClass "a.b" (also deviceClasses[0])']),
+        ("admission: {rules: [{name: a, deviceClass: [gpu.nvidia.com]}]}",
+         ["admission.rules[0].deviceClass: unknown field; expected one of deviceClasses, maxGPUs, minGPUs, name, "
+          "namespaceSelector, podSelector, set"]),
+        ("admission: {deviceclasses: [gpu.nvidia.com]}",
+         ["admission.deviceclasses: unknown field; expected one of deletionCost, deviceClasses, gpuResources, "
+          "overrideSchedulerName, rules"]),
         ("scheduling: {nodePolicy: pack}",
          ['scheduling.nodePolicy: must be one of binpack, spread, got "pack"']),
         ("scheduling: {weights: {gpu-placement: -1}}",

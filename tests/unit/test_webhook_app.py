@@ -1,4 +1,5 @@
-"""The webhook's Flask app over what it is handed: the configuration in force and a namespace label lookup.
+"""The webhook's Flask app over what it is handed: the configuration in force, a namespace label lookup and a
+claim reader.
 
 No watches, no API: the process shell (gpu_scheduler.webhook_worker) builds those; the real server
 over TLS is in tests/serving.
@@ -10,7 +11,7 @@ import base64
 import json
 
 from tests.unit.test_reviews import review
-from webhook import app, reloading
+from webhook import app, reloading, rules
 
 CONFIG = """
 admission:
@@ -63,3 +64,64 @@ def test_without_a_valid_configuration_it_admits_unmutated_and_is_not_ready():
     answer = mutate(test_client)
     assert "patch" not in answer and answer["warnings"] == ["gpu-scheduler: no valid config loaded; pod not mutated"]
     assert test_client.get("/readyz").status_code == 503 and asked == []
+
+
+DRA_CONFIG = """
+admission:
+  deviceClasses: [gpu.nvidia.com]
+  rules:
+    - name: dra
+      deviceClasses: [gpu.nvidia.com]
+      set: {gpuModel: H100}
+    - name: any-gpu
+"""
+DRA_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "x-"},
+           "spec": {"containers": [{"name": "c", "image": "i"}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                                       {"name": "nic", "resourceClaimName": "nic"}]}}
+
+
+def dra_client(answers: dict[tuple[str, str, str], rules.DeviceRequests | str]):
+    holder = reloading.ConfigHolder()
+    assert holder.offer(DRA_CONFIG, origin="test")
+    asked: list[tuple[str, str, str]] = []
+
+    def claims(kind: str, namespace: str, name: str) -> rules.DeviceRequests | str:
+        asked.append((kind, namespace, name))
+        return answers.get((kind, namespace, name), "not found")
+
+    return app.create_app(holder, namespace_labels=lambda _: None, claims=claims).test_client(), asked
+
+
+def dra_answer(test_client) -> dict:
+    response = test_client.post("/mutate", json=review(namespace="lab", object=DRA_POD))
+    assert response.status_code == 200
+    return response.get_json()["response"]
+
+
+def test_the_pods_claims_are_read_in_its_namespace_through_the_reader_it_is_handed():
+    gpus = (rules.DeviceRequest("gpus", (("gpu.nvidia.com", 2),)),)
+    nic = (rules.DeviceRequest("nic", (("nic.example.com", 1),)),)
+    test_client, asked = dra_client({("ResourceClaimTemplate", "lab", "two-gpus"): gpus,
+                                     ("ResourceClaim", "lab", "nic"): nic})
+    answer = dra_answer(test_client)
+    assert answer["auditAnnotations"] == {"rule": "dra"} and "warnings" not in answer
+    assert asked == [("ResourceClaimTemplate", "lab", "two-gpus"), ("ResourceClaim", "lab", "nic")]
+
+
+def test_claims_it_cannot_read_admit_the_pod_with_a_warning_and_no_dra_rule():
+    test_client, _ = dra_client({("ResourceClaimTemplate", "lab", "two-gpus"): "cannot be read: HTTP 403 Forbidden"})
+    answer = dra_answer(test_client)
+    assert answer["allowed"] is True and answer["auditAnnotations"] == {"rule": "any-gpu"}
+    assert answer["warnings"] == ["gpu-scheduler: DRA demand unknown: ResourceClaimTemplate two-gpus: cannot be read: "
+                                  "HTTP 403 Forbidden (and 1 more); deviceClasses rules match only classes known"]
+
+
+def test_without_a_claim_reader_claims_are_unknown():
+    holder = reloading.ConfigHolder()
+    assert holder.offer(DRA_CONFIG, origin="test")
+    test_client = app.create_app(holder, namespace_labels=lambda _: None).test_client()
+    answer = dra_answer(test_client)
+    assert answer["auditAnnotations"] == {"rule": "any-gpu"}
+    assert answer["warnings"][0].startswith("gpu-scheduler: DRA demand unknown: ResourceClaimTemplate two-gpus: "
+                                            "not known here (no access to the cluster) (and 1 more)")
