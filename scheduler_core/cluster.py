@@ -140,29 +140,35 @@ class Cluster:
     def column(self, resource: str) -> int | None:
         return self.resources.get(resource)
 
-    def served_by_dra(self, resource: str) -> np.ndarray | None:
-        """The rows where DRA serves `resource` (a DeviceClass names it, once the DRA objects are listed, and the
-        node's allocatable has none of it); None when no class names it."""
+    def served_by_dra(self, resource: str, rows: Sequence[int] | None = None) -> np.ndarray | None:
+        """Of `rows` (default: every row), those where DRA serves `resource` (a DeviceClass names it, once the DRA
+        objects are listed, and the node's allocatable has none of it); None when no class names it."""
         if self.dra.serving(resource) is None:
             return None
+        selected = slice(0, self.size) if rows is None else list(rows)
         column = self.resources.get(resource)
         if column is None:
-            return np.ones(self.size, dtype=bool)
-        return self.alloc[column, : self.size] == 0
+            return np.ones(self.size if rows is None else len(rows), dtype=bool)
+        return self.alloc[column, selected] == 0
 
-    def gpus_by_dra(self, pod: PodFacts) -> np.ndarray | None:
-        """The rows where DRA, not the device plugin, serves the pod's whole GPUs (every GPU resource it asks for);
-        None when it serves them nowhere."""
+    def gpus_by_dra(self, pod: PodFacts, rows: Sequence[int] | None = None) -> np.ndarray | None:
+        """Of `rows` (default: every row), those where DRA, not the device plugin, serves the pod's whole GPUs (every
+        GPU resource it asks for); None when it serves them nowhere."""
         if not pod.gpus:
             return None
         found = None
         for resource in self.gpu_resources:
             if pod.requests.get(resource):
-                served = self.served_by_dra(resource)
+                served = self.served_by_dra(resource, rows)
                 if served is None:
                     return None
                 found = served if found is None else found & served
         return found
+
+    def dra_serves_gpus(self, row: int, pod: PodFacts) -> bool:
+        """Whether DRA, not the device plugin, serves the pod's whole GPUs on this row."""
+        served = self.gpus_by_dra(pod, (row,))
+        return served is not None and bool(served[0])
 
     def device_free(self, rows: np.ndarray) -> np.ndarray:
         """Each row's GPUs as thousandths free, one column per GPU: the device plugin's, or for a node without
@@ -190,8 +196,7 @@ class Cluster:
 
     def _device_plugin_gpus(self, row: int, pod: PodFacts) -> int:
         """The whole GPUs the device plugin gives the pod on this row (none where DRA serves them)."""
-        served = self.gpus_by_dra(pod)
-        return 0 if served is not None and served[row] else pod.gpus
+        return 0 if self.dra_serves_gpus(row, pod) else pod.gpus
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -596,14 +601,15 @@ class Cluster:
         present = self.present[: self.size]
         used = int(self.gpu_used[: self.size][present].sum())
         total = int(self.gpu_count[: self.size][present].sum()) * GPU_MILLI
-        for _, gpus, in_use in self.dra_gpus():
-            used, total = used + in_use * GPU_MILLI, total + gpus * GPU_MILLI
+        for _, _, products in self.dra_gpus():
+            for gpus, in_use in products.values():
+                used, total = used + in_use * GPU_MILLI, total + gpus * GPU_MILLI
         return used, total
 
     def gpu_capacity(self) -> np.ndarray:
         """Per row, the GPUs of a present node: the device plugin's, or for a node without any, its NVIDIA DRA GPUs."""
         capacity = self.gpu_count[: self.size] * self.present[: self.size]
-        dra = [(self.index[facts.name], gpus) for facts, gpus, _ in self.dra_gpus()]
+        dra = [(row, sum(gpus for gpus, _ in products.values())) for row, _, products in self.dra_gpus()]
         if dra:
             capacity = capacity.copy()
             for row, gpus in dra:
@@ -611,16 +617,15 @@ class Cluster:
                     capacity[row] = gpus
         return capacity
 
-    def dra_gpus(self) -> Iterable[tuple[NodeFacts, int, int]]:
-        """For each present node with NVIDIA DRA GPUs: its facts, how many it has, and how many are in use."""
+    def dra_gpus(self) -> Iterable[tuple[int, NodeFacts, dict[str, tuple[int, int]]]]:
+        """For each present node with NVIDIA DRA GPUs: its row, its facts, and by product name how many GPUs it has
+        and how many are in use (Resources.gpus_on)."""
         if not self.dra.slices or not self.dra.ready:
             return
         for row in np.flatnonzero(self.present[: self.size]).tolist():
             facts = self.facts[row]
-            if facts is not None:
-                counts = self.dra.gpus_on(facts).values()
-                if counts:
-                    yield facts, sum(t for t, _ in counts), sum(u for _, u in counts)
+            if facts is not None and (products := self.dra.gpus_on(facts)):
+                yield row, facts, products
 
 
 def _request(pod: PodFacts) -> str:

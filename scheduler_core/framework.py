@@ -266,8 +266,7 @@ class Framework:
         return None
 
     def _devices(self, row: int, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
-        served = self.cluster.gpus_by_dra(pod)
-        if served is not None and served[row]:
+        if self.cluster.dra_serves_gpus(row, pod):
             return ()  # DRA's devices, allocated in the pod's claim
         return self._devices_on(self.cluster.gpu_free[row, : self.cluster.gpu_count[row]], pod, proposed)
 

@@ -346,10 +346,7 @@ DRA_UNKNOWN = ("not checked against its resource claims: the DRA objects (Resour
 def dynamic_resources_pre(cycle: Cycle) -> str | None:
     """DynamicResources' PreEnqueue and PreFilter: every claim of the pod exists, is the pod's own (a template's),
     is not being deleted or allocated for another pod, and asks for classes that exist."""
-    pod = cycle.pod
-    if not pod.resource_claims and not pod.extended_asks:
-        return None
-    resources = cycle.cluster.dra
+    pod, resources = cycle.pod, cycle.cluster.dra
     if not pod.resource_claims and not any(resources.serving(r) for ask in pod.extended_asks for r in ask.asks):
         return None  # extended resources no class serves (or none known yet: the DRA objects not listed)
     if not resources.ready:

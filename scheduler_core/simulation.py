@@ -428,8 +428,8 @@ def _models(model: cluster_model.Cluster) -> tuple[ModelUsage, ...]:
             entry[0] += 1
             entry[1] += facts.gpu_count
             entry[2] += int(model.gpu_used[row])
-    for facts, _, _ in model.dra_gpus():
-        for product, (gpus, in_use) in model.dra.gpus_on(facts).items():
+    for _, _, products in model.dra_gpus():
+        for product, (gpus, in_use) in products.items():
             entry = usage.setdefault(product, [0, 0, 0])
             entry[0] += 1
             entry[1] += gpus

@@ -570,24 +570,19 @@ class WatchedCluster:
 
     # --- the model's view, for metrics -------------------------------------------------------------
 
-    def allocated(self) -> list[tuple[str, str, float]]:
-        """(node, GPU model, GPUs allocated with shares summed) for every node with GPUs: the device plugin's, and
-        NVIDIA's DRA devices (by product name), so a cluster with both kinds shows one count."""
-        return [(node, gpu_model, used) for node, gpu_model, used, _ in self.gpu_use()]
-
     def gpu_use(self) -> list[tuple[str, str, float, int]]:
-        """(node, GPU model, GPUs allocated with shares summed, GPUs there) for every node with GPUs of either kind."""
+        """(node, GPU model, GPUs allocated with shares summed, GPUs there) for every node with GPUs: the device
+        plugin's (by model label), and NVIDIA's DRA GPUs (by product name), so a cluster with both kinds shows one
+        count."""
         model = self.cluster
         found: dict[tuple[str, str], tuple[float, int]] = {}
-        dra = model.dra.ready and bool(model.dra.slices)
         for name, row in list(model.index.items()):
-            if (facts := model.facts[row]) is None:
-                continue
-            if facts.gpu_count:
+            if (facts := model.facts[row]) is not None and facts.gpu_count:
                 found[(name, facts.gpu_model or "unknown")] = (float(model.gpu_used[row]) / 1000, facts.gpu_count)
-            for product, (gpus, in_use) in (model.dra.gpus_on(facts).items() if dra else ()):
-                used, total = found.get((name, product), (0.0, 0))
-                found[(name, product)] = (used + in_use, total + gpus)
+        for _, facts, products in model.dra_gpus():
+            for product, (gpus, in_use) in products.items():
+                used, total = found.get((facts.name, product), (0.0, 0))
+                found[(facts.name, product)] = (used + in_use, total + gpus)
         return [(node, gpu_model, used, total) for (node, gpu_model), (used, total) in found.items()]
 
     # --- the guard --------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ def test_the_models_gpu_count_covers_dra_devices_by_product():
     decision = framework.decide(gpu_pod("p", 3))
     assert decision.extended_claim is not None
     resources.assume(("ns", "c"), decision.extended_claim[1])
-    assert sorted(model.allocated()) == [("dp", "NVIDIA-A100-SXM4-40GB", 0.0), ("dra", "NVIDIA A100-SXM4-40GB", 3.0)]
+    assert sorted(model.gpu_use()) == [("dp", "NVIDIA-A100-SXM4-40GB", 0.0, 8), ("dra", "NVIDIA A100-SXM4-40GB", 3.0, 4)]
 
 
 def test_the_devices_record_lists_dra_devices_and_restoring_passes_over_them():

@@ -336,7 +336,7 @@ def test_a_devices_conflict_is_handed_to_the_driver_once_per_pod_and_message():
 def test_the_model_reports_what_it_holds_per_node():
     found = model(node("a", gpus=2), node("cpu-only", gpus=0))
     found.pod_event("ADDED", incarnation("s", "uid-s", milli=250, node_name="a"), now=NOW)
-    assert found.allocated() == [("a", "NVIDIA-A100-SXM4-40GB", 0.25)]
+    assert found.gpu_use() == [("a", "NVIDIA-A100-SXM4-40GB", 0.25, 2)]
 
 
 def test_after_a_restart_a_devices_annotation_edited_after_binding_loses_to_the_pod_a_binding_gave_the_gpu():

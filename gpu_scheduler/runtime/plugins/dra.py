@@ -273,13 +273,10 @@ def _delete_claim(api: Any, key: tuple[str, str], uid: str) -> None:
                 if err.status != 409 or attempt == RETRIES - 1:
                     raise
         rawapi.request(api, "DELETE", path, {"preconditions": {"uid": uid}})
-    except ApiException as err:
-        if err.status != 404:
+    except (ApiException, OSError) as err:
+        if getattr(err, "status", None) != 404:  # gone already: done
             log.warning("claim %s/%s, made for a pod whose binding failed, could not be deleted: %s", *key,
                         watching.describe_error(err))
-    except OSError as err:
-        log.warning("claim %s/%s, made for a pod whose binding failed, could not be deleted: %s", *key,
-                    watching.describe_error(err))
 
 
 def _describe(claim_write: ClaimWrite, err: ApiException) -> str:
