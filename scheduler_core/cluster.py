@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import fields, podaffinity, spread, volumes
+from scheduler_core import fields, podaffinity, spread, utilization, volumes
 from scheduler_core.dra import state as dra_state
 from scheduler_core.nodes import GPU_MILLI, MAX_MILLI, NodeFacts
 from scheduler_core.podgroups import GroupRef
@@ -86,6 +86,7 @@ class Cluster:
         self._free_slots: list[int] = []
         self._beyond_max: dict[tuple[int, int], int] = {}  # (column, row) -> exact use, where past MAX_MILLI
         self._ranked = True
+        self.live: utilization.Readings | None = None  # the live source's last readings, for nodes added later
         self._allocate(capacity=16, max_gpus=8)
 
     # --- storage ----------------------------------------------------------------------------
@@ -103,7 +104,9 @@ class Cluster:
         self.whole_free = np.zeros(capacity, dtype=np.int64)
         self.gpu_used = np.zeros(capacity, dtype=np.int64)  # thousandths in use on the node
         self.gpu_memory = np.zeros(capacity, dtype=np.int64)  # MiB per GPU, 0 unknown
-        self.utilization = np.full(capacity, np.nan)
+        self.utilization = np.full(capacity, np.nan)  # the node annotation's reading, 0..1, NaN none or stale
+        self.live_utilization = np.full(capacity, np.nan)  # the live source's (Prometheus) reading, NaN none
+        self.gpu_busy = np.full((capacity, max_gpus), np.nan)  # the live source's reading per GPU index, NaN none
         self.spot = np.zeros(capacity, dtype=bool)
         self.zone = np.full(capacity, -1, dtype=np.int64)
         self.rank = np.zeros(capacity, dtype=np.int64)  # position in name order, for stable ties
@@ -116,7 +119,8 @@ class Cluster:
     def _grow(self, capacity: int | None = None, max_gpus: int | None = None) -> None:
         old = {name: getattr(self, name) for name in (
             "alloc", "used", "present", "ready", "unschedulable", "gpu_count", "gpu_free", "whole_free",
-            "gpu_used", "gpu_memory", "utilization", "spot", "zone", "rank", "row_version", "row_state")}
+            "gpu_used", "gpu_memory", "utilization", "live_utilization", "gpu_busy", "spot", "zone", "rank", "row_version",
+            "row_state")}
         rows = old["present"].shape[0]
         self._allocate(capacity or rows, max_gpus or old["gpu_free"].shape[1])
         for name, array in old.items():
@@ -240,6 +244,8 @@ class Cluster:
         self.unschedulable[row] = facts.unschedulable
         self.gpu_memory[row] = facts.gpu_memory_mib or 0
         self.utilization[row] = np.nan if facts.gpu_utilization is None else facts.gpu_utilization
+        if new:
+            self._set_live_row(row, facts.name)
         self.spot[row] = facts.capacity_type == "spot"
         self.zone[row] = self._zone_id(facts.zone)
         if new or self.gpu_count[row] != facts.gpu_count:
@@ -248,6 +254,42 @@ class Cluster:
         self.row_version[row] += 1
         self.row_state[row] += 1
         return row
+
+    def set_live_utilization(self, readings: utilization.Readings | None) -> set[str]:
+        """Take the live source's readings (None: it has none fresh, every node unknown again); returns the node
+        names they gave that the model does not hold. Scores only: no row's version moves."""
+        self.live = readings
+        self.live_utilization[:] = np.nan
+        self.gpu_busy[:] = np.nan
+        self.dra.set_busy(readings.uuids if readings is not None else {})
+        if readings is None:
+            return set()
+        unknown = set()
+        for name in readings.nodes:
+            row = self.index.get(name)
+            if row is None:
+                unknown.add(name)
+            else:
+                self._set_live_row(row, name)
+        return unknown
+
+    def _set_live_row(self, row: int, name: str) -> None:
+        readings = self.live
+        self.live_utilization[row] = np.nan
+        self.gpu_busy[row] = np.nan
+        if readings is None:
+            return
+        self.live_utilization[row] = readings.nodes.get(name, np.nan)
+        width = self.gpu_busy.shape[1]
+        for index, busy in readings.gpus.get(name, {}).items():
+            if index < width:
+                self.gpu_busy[row, index] = busy
+
+    def current_utilization(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's GPU utilization 0..1: the live source's reading where it has one, else the node annotation's,
+        else NaN (unknown)."""
+        live = self.live_utilization[rows]
+        return np.where(np.isnan(live), self.utilization[rows], live)
 
     def _add_resource(self, resource: str) -> None:
         """A column for a resource no node had; pods already accounted that request it count

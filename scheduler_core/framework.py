@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import placement, plugins, profile, volumes, workloads
+from scheduler_core import placement, plugins, profile, utilization, volumes, workloads
 from scheduler_core.cluster import Cluster
 from scheduler_core.dra import allocator as dra_allocator
 from scheduler_core.dra import extended as dra_extended
@@ -268,21 +268,29 @@ class Framework:
     def _devices(self, row: int, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
         if self.cluster.dra_serves_gpus(row, pod):
             return ()  # DRA's devices, allocated in the pod's claim
-        return self._devices_on(self.cluster.gpu_free[row, : self.cluster.gpu_count[row]], pod, proposed)
+        count = self.cluster.gpu_count[row]
+        return self._devices_on(self.cluster.gpu_free[row, :count], pod, proposed,
+                                busy=self.cluster.gpu_busy[row, :count])
 
-    def _devices_on(self, free: np.ndarray, pod: PodFacts, proposed: int | None = None) -> tuple[Device, ...]:
+    def _devices_on(self, free: np.ndarray, pod: PodFacts, proposed: int | None = None, *,
+                    busy: np.ndarray | None = None) -> tuple[Device, ...]:
+        """Whole GPUs: the idle ones, the less busy first (`busy`: each GPU's live utilization, NaN unknown).
+        A share: the GPU the gpuPolicy ranks first, blended with how idle it is as the seed's node score blends
+        them (7 parts policy, 3 parts idleness), unless the proposing plugin (FGD) chose already."""
         if pod.gpu_milli and proposed is not None and proposed < free.size and free[proposed] >= pod.gpu_milli:
             return (Device(proposed, pod.gpu_milli),)
+        idleness = None if busy is None else 1.0 - np.nan_to_num(busy, nan=utilization.UNKNOWN)
         if pod.gpus:
-            idle = np.flatnonzero(free == GPU_MILLI)[: pod.gpus]
-            return tuple(Device(int(i), GPU_MILLI) for i in idle)
+            idle = np.flatnonzero(free == GPU_MILLI)
+            if idleness is not None:
+                idle = idle[np.argsort(-idleness[idle], kind="stable")]
+            return tuple(Device(int(i), GPU_MILLI) for i in sorted(idle[: pod.gpus].tolist()))
         if pod.gpu_milli:
             candidates = np.flatnonzero(free >= pod.gpu_milli)
-            if self.scheduling.gpu_policy == "binpack":
-                index = candidates[np.argmin(free[candidates])]
-            else:
-                index = candidates[np.argmax(free[candidates])]
-            return (Device(int(index), pod.gpu_milli),)
+            left = (free[candidates] - pod.gpu_milli) / GPU_MILLI
+            policy = 1.0 - left if self.scheduling.gpu_policy == "binpack" else left
+            rank = 7 * policy + (3 * idleness[candidates] if idleness is not None else 0.0)
+            return (Device(int(candidates[np.argmax(rank)]), pod.gpu_milli),)
         return ()
 
     def evaluate(self, pod: PodFacts, node_names: list[str], *, score: bool = True

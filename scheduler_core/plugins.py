@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core import podaffinity, predicates, spread, volumes, workloads
+from scheduler_core import podaffinity, predicates, spread, utilization, volumes, workloads
 from scheduler_core.dra import allocator as dra_allocator
 from scheduler_core.dra import claims as dra_claims
 from scheduler_core.dra import state as dra_state
@@ -749,11 +749,12 @@ def image_locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 
 
 def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
-    """Less busy GPUs first; a node without a fresh reading scores in the middle."""
+    """Less busy GPUs first, by the live source's reading (Prometheus) or else the node annotation's; a node
+    with neither scores in the middle."""
     if not cycle.pod.wants_gpu:
         return np.zeros(rows.size)
-    utilization = cycle.cluster.utilization[rows]
-    return np.where(np.isnan(utilization), 50.0, 100.0 * (1.0 - utilization))
+    busy = cycle.cluster.current_utilization(rows)
+    return 100.0 * (1.0 - np.where(np.isnan(busy), utilization.UNKNOWN, busy))
 
 
 def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:

@@ -7,8 +7,11 @@ the whole file and builds these; the core takes them as plain frozen values and 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from scheduler_core import utilization
 
 # Annotations the webhook writes and the core reads.
 RULE_ANNOTATION = "gpu-scheduler.io/rule"  # the rule that matched (reported by `simulate`)
@@ -52,13 +55,39 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class PrometheusSource:
+    """Where live GPU utilization comes from (`scheduling.utilization.prometheus`): an instant query against a
+    Prometheus HTTP API, asked every `refresh_seconds` outside the scheduling loop. Client options as Prometheus'
+    own scrape configs name them (tls_config, bearer_token_file)."""
+
+    url: str  # the Prometheus base URL (http or https), e.g. https://prometheus.monitoring.svc:9090
+    query: str = utilization.DEFAULT_QUERY  # one value per GPU (or per node) of utilization, in `unit`
+    unit: utilization.Unit = "percent"  # of the query's values: percent (0..100, dcgm-exporter's) or ratio (0..1)
+    node_label: str = utilization.DEFAULT_NODE_LABEL  # the series label that names the node
+    node_pattern: str | None = None  # a regex over that label; its first group (or the whole match) is the node
+    refresh_seconds: float = 15.0  # between queries
+    max_age_seconds: float = 60.0  # readings older than this are dropped: the score turns neutral
+    timeout_seconds: float = 5.0  # of one query
+    ca_file: str | None = None  # PEM bundle that signs the server's certificate (default: the system's)
+    cert_file: str | None = None  # client certificate and key, for mutual TLS
+    key_file: str | None = None
+    insecure_skip_verify: bool = False  # do not verify the server's certificate (tests only)
+    bearer_token_file: str | None = None  # re-read at every query, so a rotated token is picked up
+
+    def mapping(self) -> utilization.NodeMapping:
+        pattern = re.compile(self.node_pattern) if self.node_pattern is not None else None
+        return utilization.NodeMapping(self.node_label, pattern)
+
+
+@dataclass(frozen=True)
 class Scheduling:
     node_policy: Policy = "binpack"  # across nodes
     gpu_policy: Policy = "binpack"  # across the GPUs of one node
     weights: tuple[tuple[str, int], ...] = ()  # score plugin name -> weight, over SCORE_PLUGINS defaults
     warmup: Warmup = field(default_factory=Warmup)
     locality_labels: tuple[str, ...] = ("app.kubernetes.io/part-of", "app")  # first present names the app
-    utilization_max_age_seconds: int = 300  # older gpu-utilization readings are ignored
+    utilization_max_age_seconds: int = 300  # older gpu-utilization node annotations are ignored
+    prometheus: PrometheusSource | None = None  # live utilization, which wins over the node annotation
 
     def weight_of(self, plugin: str) -> int:
         return dict(self.weights).get(plugin, SCORE_PLUGINS[plugin])

@@ -9,6 +9,8 @@ cannot silently disable a rule.
 from __future__ import annotations
 
 import json
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,7 +18,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import yaml
 
-from scheduler_core import names, objects, podgroups, profile
+from scheduler_core import names, objects, podgroups, profile, utilization
 from webhook import selectors
 
 MODEL_ANNOTATION = "gpu.nvidia.com/model"
@@ -28,6 +30,7 @@ CONFIG_KEY = "config.yaml"
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 SPOT_POLICIES = ("prefer", "avoid", "require", "forbid")
+PROMETHEUS_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 # Annotations a rule must set through its dedicated field, never through `set.annotations`.
 _RESERVED_ANNOTATIONS = {
@@ -334,7 +337,8 @@ def _pod_group(check: _Checker, value: object, path: str) -> PodGroupAction | No
 
 def _scheduling(check: _Checker, value: object, path: str) -> profile.Scheduling | None:
     section = check.mapping(
-        value, path, {"nodePolicy", "gpuPolicy", "weights", "warmup", "localityLabels", "utilizationMaxAgeSeconds"}
+        value, path, {"nodePolicy", "gpuPolicy", "weights", "warmup", "localityLabels", "utilizationMaxAgeSeconds",
+                      "utilization"}
     )
     if section is None:
         return None
@@ -357,7 +361,89 @@ def _scheduling(check: _Checker, value: object, path: str) -> profile.Scheduling
         utilization_max_age_seconds=check.optional(
             section, "utilizationMaxAgeSeconds", path, _positive_int, profile.Scheduling.utilization_max_age_seconds
         ),
+        prometheus=check.optional(section, "utilization", path, _utilization, None),
     )
+
+
+def _utilization(check: _Checker, value: object, path: str) -> profile.PrometheusSource | None:
+    section = check.mapping(value, path, {"prometheus"})
+    if section is None or "prometheus" not in section:
+        return None
+    return _prometheus(check, section["prometheus"], _join(path, "prometheus"))
+
+
+def _prometheus(check: _Checker, value: object, path: str) -> profile.PrometheusSource | None:
+    section = check.mapping(value, path, {
+        "url", "query", "unit", "nodeLabel", "nodePattern", "refreshSeconds", "maxAgeSeconds", "timeoutSeconds",
+        "caFile", "certFile", "keyFile", "insecureSkipVerify", "bearerTokenFile"})
+    if section is None:
+        return None
+    before = len(check.problems)
+    if "url" not in section:
+        check.fail(_join(path, "url"), "required: the Prometheus base URL, e.g. http://prometheus.monitoring.svc:9090")
+    default = profile.PrometheusSource
+    source = profile.PrometheusSource(
+        url=check.optional(section, "url", path, _http_url, ""),
+        query=check.optional(section, "query", path, _string, default.query),
+        unit=check.optional(section, "unit", path, _one_of(utilization.UNITS), default.unit),
+        node_label=check.optional(section, "nodeLabel", path, _prometheus_label, default.node_label),
+        node_pattern=check.optional(section, "nodePattern", path, _node_pattern, None),
+        refresh_seconds=check.optional(section, "refreshSeconds", path, _positive_seconds, default.refresh_seconds),
+        max_age_seconds=check.optional(section, "maxAgeSeconds", path, _positive_seconds, default.max_age_seconds),
+        timeout_seconds=check.optional(section, "timeoutSeconds", path, _positive_seconds, default.timeout_seconds),
+        ca_file=check.optional(section, "caFile", path, _string, None),
+        cert_file=check.optional(section, "certFile", path, _string, None),
+        key_file=check.optional(section, "keyFile", path, _string, None),
+        insecure_skip_verify=check.optional(section, "insecureSkipVerify", path, _boolean, False),
+        bearer_token_file=check.optional(section, "bearerTokenFile", path, _string, None),
+    )
+    if "maxAgeSeconds" in section or "refreshSeconds" in section:
+        if source.max_age_seconds <= source.refresh_seconds:
+            check.fail(_join(path, "maxAgeSeconds"), f"must be more than refreshSeconds ({source.refresh_seconds:g}), "
+                       f"or every reading goes stale before the next refresh; got {source.max_age_seconds:g}")
+    if (source.cert_file is None) != (source.key_file is None):
+        check.fail(_join(path, "certFile" if source.cert_file is None else "keyFile"),
+                   "certFile and keyFile go together (a client certificate and its key)")
+    return source if len(check.problems) == before else None
+
+
+def _http_url(check: _Checker, value: object, path: str) -> str | None:
+    if isinstance(value, str):
+        parsed = urllib.parse.urlsplit(value)
+        if parsed.scheme in ("http", "https") and parsed.hostname and not parsed.query and not parsed.fragment:
+            return value.rstrip("/")
+    check.fail(path, f"must be an http:// or https:// URL without a query, e.g. http://prometheus:9090, got "
+                     f"{_show(value)}")
+    return None
+
+
+def _prometheus_label(check: _Checker, value: object, path: str) -> str | None:
+    if isinstance(value, str) and PROMETHEUS_LABEL.fullmatch(value):
+        return value
+    check.fail(path, f"must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*), got {_show(value)}")
+    return None
+
+
+def _node_pattern(check: _Checker, value: object, path: str) -> str | None:
+    if not isinstance(value, str) or not value:
+        check.fail(path, f"must be a regular expression, got {_show(value)}")
+        return None
+    try:
+        pattern = re.compile(value)
+    except re.error as err:
+        check.fail(path, f"not a valid regular expression ({err}): {_show(value)}")
+        return None
+    if pattern.groups > 1:
+        check.fail(path, f"must have at most one group (the node name), got {pattern.groups}: {_show(value)}")
+        return None
+    return value
+
+
+def _positive_seconds(check: _Checker, value: object, path: str) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 86400:
+        return float(value)
+    check.fail(path, f"must be a number of seconds above 0 (at most 86400), got {_show(value)}")
+    return None
 
 
 # Value converters: (checker, value, path) -> parsed value, or None after reporting a problem.

@@ -9,7 +9,8 @@ pod's devices condition) before the pod starts: through the same Reserve and bin
 GPU devices either: it asks `/preempt` about its candidate nodes, and the preemption module
 (runtime.plugins.preemption) keeps only those where the victims free room on a GPU the pod can
 use, each with only the victims that takes. The plugins that serve in this mode
-(plugins.EXTENDER: the deletion-cost warm-up) tick on the replica holding the extender's Lease.
+(plugins.EXTENDER: the deletion-cost warm-up, live utilization) run here too; the warm-up ticks on the replica
+holding the extender's Lease.
 
 One process, one model, one lock. Requests arrive on several threads (gunicorn gthread), and
 a bind must see every earlier bind's devices; several worker processes would each hold a
@@ -211,6 +212,8 @@ class Extender:
             self.settings = settings
             self.framework.configure(settings.scheduling)
             self.model.configure(settings.scheduling)
+        for plugin in self.plugins:
+            plugin.configure(settings)
 
     # --- the model, from the watches: the Reflector's callbacks, which must never raise ----------------
 
@@ -575,7 +578,10 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
     def healthz() -> Any:
         extender = current()
         down = extender.watches.down() if extender is not None else []
-        return _error(500, "; ".join(down)) if down else jsonify(status="ok")
+        if down:
+            return _error(500, "; ".join(down))
+        lines = [(plugin.name, plugin.health()) for plugin in extender.plugins] if extender is not None else []
+        return jsonify(status="ok", **{name: line for name, line in lines if line is not None})
 
     @app.get("/readyz")
     def readyz() -> Any:

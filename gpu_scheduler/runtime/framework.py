@@ -18,7 +18,7 @@ them by name. The points, in the order a pod meets them:
   Unreserve    any step after Reserve failed: undo what Reserve did                              loop thread
 
 Besides the points, a plugin may keep state per pod (`pod_settled` drops it), act once a second (`tick`: warm-up,
-deadlines) and see configuration changes (`configure`). Everything a plugin may use of the runner is the `Handle`
+deadlines), see configuration changes (`configure`) and report on a source of its own (`health`). Everything a plugin may use of the runner is the `Handle`
 (`SchedulerHandle` for what only `run` lends). The extender binds through the same Reserve and binding cycle
 (`reserve`, `bind`, `unreserve` below) and hosts the plugins that serve in its mode (plugins.EXTENDER).
 A plugin never imports another (an import-linter contract keeps them independent): what two need, the runner or a
@@ -208,6 +208,10 @@ class Plugin:
 
     def configure(self, settings: config.Config) -> None:
         """A new valid configuration is in force."""
+
+    def health(self) -> str | None:
+        """A line about the plugin's own source or thread for the health detail (`/healthz?verbose`), or None."""
+        return None
 
     def stop(self) -> None:
         """The scheduler stops: end the plugin's own threads."""

@@ -29,16 +29,19 @@ log = logging.getLogger(__name__)
 
 
 def serve_health(port: int, state: dict[str, Any]) -> ThreadingHTTPServer:
-    """`/healthz` (200 while standing by, or while the loop runs and no watch has been down over a minute)
-    and `/metrics`."""
+    """`/healthz` (200 while standing by, or while the loop runs and no watch has been down over a minute; with
+    `?verbose`, each check on a line of its own, as kube-scheduler's) and `/metrics`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path == "/metrics":
+            path, _, query = self.path.partition("?")
+            if path == "/metrics":
                 body, kind, code = generate_latest(), CONTENT_TYPE_LATEST, 200
-            elif self.path == "/healthz":
+            elif path == "/healthz":
                 problems = _health_problems(state.get("scheduler"))
                 body = "; ".join(problems).encode() if problems else b"ok"
+                if "verbose" in query.split("&"):
+                    body = _health_detail(state.get("scheduler"), problems).encode()
                 kind, code = "text/plain", 500 if problems else 200
             else:
                 body, kind, code = b"not found", "text/plain", 404
@@ -61,6 +64,17 @@ def _health_problems(scheduler: running.LiveScheduler | None) -> list[str]:
         return []  # standing by for the lease, or waiting for a valid configuration
     problems = [] if scheduler._loop.is_alive() else ["scheduling loop stopped"]
     return problems + scheduler.watches.down()
+
+
+def _health_detail(scheduler: running.LiveScheduler | None, problems: list[str]) -> str:
+    """Each check on a line (`[+]name ok` or `[-]name failed: why`), then the verdict. The live utilization source
+    is shown but never fails the check: without it the scheduler still schedules, scoring neutral."""
+    if scheduler is None:
+        return "[+]standing-by ok: waiting for the leader lease or a valid configuration\nhealthz check passed\n"
+    lines = [f"[-]{problem}" for problem in problems] or ["[+]scheduling-loop ok", "[+]watches ok"]
+    lines += [f"[+]{plugin.name} ok: {line}" for plugin in scheduler.plugins if (line := plugin.health()) is not None]
+    lines.append("healthz check failed" if problems else "healthz check passed")
+    return "\n".join(lines) + "\n"
 
 
 def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[str, str] | None,

@@ -7,6 +7,8 @@ instead, so among the allocations that fit it finds ours first; what fits is unc
   free for the claims that need devices under one root (`matchAttribute: resource.kubernetes.io/pcieRoot`); among
   equals, the smallest memory first, so large GPUs stay free for large asks.
 - spread: the emptiest roots first, the largest memory first.
+- then, with live utilization (scheduler_core.utilization) by GPU UUID, the less busy GPU first (a GPU without a
+  reading counts as half busy); the root and memory order come first because they decide which claims fit later.
 
 The webhook's rules steer DRA pods as they steer device-plugin pods: a pod annotated `gpu.nvidia.com/model` or
 `gpu.nvidia.com/memory` gets only GPUs of NVIDIA's driver whose `productName` matches the model and whose
@@ -16,10 +18,10 @@ The webhook's rules steer DRA pods as they steer device-plugin pods: a pod annot
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
-from scheduler_core import predicates
+from scheduler_core import predicates, utilization
 from scheduler_core.dra.allocator import Allocated, Candidate, Order
 from scheduler_core.dra.slices import Device
 
@@ -27,6 +29,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 NVIDIA_DRIVER = "gpu.nvidia.com"
 PRODUCT = f"{NVIDIA_DRIVER}/productName"
 MEMORY = f"{NVIDIA_DRIVER}/memory"
+UUID = f"{NVIDIA_DRIVER}/uuid"
 MIB = 2**20
 
 
@@ -53,22 +56,34 @@ def _memory(device: Device) -> Fraction:
     return device.memory if device.driver == NVIDIA_DRIVER else Fraction(0)
 
 
-def order(gpu_policy: str, allocated: Allocated) -> Order:
-    """The candidate order for `gpu_policy` ("binpack" or "spread") given the devices in use."""
+def uuid(device: Device) -> str | None:
+    """An NVIDIA GPU's UUID (`uuid`: GPU-...), or None."""
+    value = device.attributes.get(UUID)
+    found = value.get("string") if value is not None else None
+    return found if isinstance(found, str) else None
+
+
+def order(gpu_policy: str, allocated: Allocated, busy: Mapping[str, float] | None = None) -> Order:
+    """The candidate order for `gpu_policy` ("binpack" or "spread") given the devices in use and the GPUs' live
+    utilization by UUID."""
     def arrange(candidates: list[Candidate]) -> list[Candidate]:
-        busy: Counter[tuple[str, str, str | None]] = Counter()
+        in_use_on: Counter[tuple[str, str, str | None]] = Counter()
         for candidate in candidates:
             device = candidate.device
             if device.id in allocated.devices or device.id in allocated.capacity:
-                busy[(device.driver, device.pool, _root(device))] += 1
+                in_use_on[(device.driver, device.pool, _root(device))] += 1
         sign = -1 if gpu_policy == "binpack" else 1
 
-        def key(item: tuple[int, Candidate]) -> tuple[int, Fraction, int]:
+        def busy_of(device: Device) -> float:
+            gpu = uuid(device) if busy else None
+            return utilization.UNKNOWN if gpu is None or busy is None else busy.get(gpu, utilization.UNKNOWN)
+
+        def key(item: tuple[int, Candidate]) -> tuple[int, Fraction, float, int]:
             index, candidate = item
             device = candidate.device
             root = _root(device)
-            in_use = busy[(device.driver, device.pool, root)] if root is not None else 0
-            return (sign * in_use, -sign * _memory(device), index)
+            in_use = in_use_on[(device.driver, device.pool, root)] if root is not None else 0
+            return (sign * in_use, -sign * _memory(device), busy_of(device), index)
         return [candidate for _, candidate in sorted(enumerate(candidates), key=key)]
     return arrange
 

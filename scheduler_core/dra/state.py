@@ -156,11 +156,19 @@ class Resources:
         self._class_names: dict[str, extended.ClassName] = {}
         self.extended: dict[str, str] = {}  # extended resource name -> the DeviceClass serving it
         self.extended_claims: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, pod uid) -> its claim's key
+        self.busy: Mapping[str, float] = {}  # GPU UUID -> live utilization 0..1 (scheduler_core.utilization)
+        self._busy_version = 0
 
     @property
     def devices_version(self) -> int:
         """Moves whenever the slices or classes change (the devices there are), not with allocations."""
         return self._slices_version
+
+    def set_busy(self, busy: Mapping[str, float]) -> None:
+        """The live utilization of GPUs by UUID: among devices our order ranks equal, the less busy comes first."""
+        if busy or self.busy:
+            self.busy = busy
+            self._busy_version += 1
 
     # --- taking objects in
 
@@ -405,7 +413,7 @@ class Resources:
             return []
         made = self.snapshot()
         key = (node.name, (prepared.signature, node_claim.signature if node_claim else None, gpu_policy, models,
-                           min_memory_mib))
+                           min_memory_mib, self._busy_version if gpu_policy else 0))
         stamp = self._stamp(made, node)
         kept = self._outcomes.get(key)
         if kept is not None and kept[0] == stamp:
@@ -413,7 +421,7 @@ class Resources:
         wanted = [prepared.records[i].claim for i in prepared.to_allocate]
         if node_claim is not None:
             wanted.append(node_claim.claim)
-        order = policy.order(gpu_policy, self.used) if gpu_policy else None
+        order = policy.order(gpu_policy, self.used, self.busy) if gpu_policy else None
         outcome: list[dict[str, Any]] | str
         try:
             found = made.allocate(node, wanted, order=order, admit=policy.admits(models, min_memory_mib))

@@ -762,7 +762,8 @@ def sample(client: Any, series: str) -> float:
 
 def test_health_readiness_and_metrics():
     _, _, client = make(bound=(gpu_pod("q", gpus=1, node_name="a100-1"),))
-    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/healthz").get_json() == {
+        "status": "ok", "utilization": "no live source (scheduling.utilization.prometheus): node annotations only"}
     assert client.get("/readyz").get_json() == {"status": "ready", "nodes": 3, "pods": 1}
     filter_names(client, GOOD_POD, ["a100-1"])
     client.post("/filter", data=b"[")
