@@ -37,6 +37,8 @@ from typing import Any
 import orjson
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from urllib3.exceptions import HTTPError
 
 log = logging.getLogger(__name__)
@@ -417,3 +419,20 @@ def describe_error(err: Exception) -> str:
             message = None
         return f"HTTP {err.status} {message or err.reason}"
     return f"{type(err).__name__}: {err}"
+
+
+class DownCollector(Collector):
+    """`gpu_scheduler_watch_down_seconds`: how long each watch of `read()` (None: none yet) has been down, 0 while
+    it is established, read at scrape: what an alert on a frozen model watches."""
+
+    def __init__(self, read: Callable[[], ClusterWatches | None]):
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("gpu_scheduler_watch_down_seconds",
+                                   "Seconds each list/watch has been down (0 while established), by watch.",
+                                   labels=["watch"])
+        watches = self._read()
+        for reflector in watches.reflectors if watches is not None else ():
+            family.add_metric([reflector.name], reflector.down_for() or 0.0)
+        yield family

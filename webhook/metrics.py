@@ -50,11 +50,21 @@ CONFIG_RELOAD_FAILURES = Counter(
     "gpu_scheduler_config_reload_failures_total",
     "Configurations rejected as invalid; the last good one stayed in force.",
 )
+SERVING_CERTIFICATE_EXPIRY = Gauge(
+    "gpu_scheduler_serving_certificate_expiry_timestamp_seconds",
+    "Unix time at which the serving certificate in use expires (webhook, and the extender when it serves TLS).",
+    multiprocess_mode="livemostrecent",
+)
 CONFIG_LAST_SUCCESS = Gauge(
     "gpu_scheduler_config_last_success_timestamp_seconds",
     "Unix time of the last valid configuration load.",
     multiprocess_mode="max",
 )
+
+
+# Series that exist from the start, at 0, so rates and alerts over them have data before the first request.
+for _outcome in OUTCOMES:
+    REQUESTS.labels(_outcome)
 
 
 def exposition() -> bytes:

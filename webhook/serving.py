@@ -18,6 +18,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -72,6 +73,7 @@ class ServingCertificate:
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._stamp = context, stamp
+            _record_expiry(conf.certfile)
             return context
 
 
@@ -94,6 +96,20 @@ def _load_certificate_before_workers(arbiter: Any) -> None:
         log.error("serving certificate %s with key %s does not load: %s", arbiter.cfg.certfile, arbiter.cfg.keyfile,
                   err)
         raise SystemExit(2) from err
+
+
+def _record_expiry(path: str) -> None:
+    """The certificate's end of validity, for the alert that fires before it. (webhook.metrics is imported here:
+    at the top it would create the metrics before `serve` chooses the multiprocess mode.)"""
+    from cryptography import x509
+
+    from webhook import metrics
+
+    try:
+        certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return  # it loaded a moment ago: swapped meanwhile; the next context records it
+    metrics.SERVING_CERTIFICATE_EXPIRY.set(certificate.not_valid_after_utc.timestamp())
 
 
 def _stamp(path: str) -> tuple[int, ...]:

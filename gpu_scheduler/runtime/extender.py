@@ -518,6 +518,7 @@ def build_app(current: Callable[[], Extender | None]) -> Flask:
         return extender.model_view() if extender is not None else None
 
     model_metrics.register(view, model_registry)
+    model_registry.register(watching.DownCollector(lambda: extender.watches if (extender := current()) else None))
 
     def serve(verb: str, parse: Callable[[object], Any],
               answer: Callable[[Extender, Any], tuple[Any, str]]) -> Any:

@@ -180,6 +180,8 @@ class LiveScheduler:
         metrics.PENDING.labels("active").set(self.queue.pending() - parked)
         metrics.PENDING.labels("unschedulable").set(parked - gated)
         metrics.PENDING.labels("gated").set(gated)
+        waiting = [since for uid, since in self.queued_at.items() if uid not in self.gated]
+        metrics.OLDEST_PENDING.set(now - min(waiting) if waiting else 0.0)
 
     def _drain(self, timeout: float) -> None:
         try:
@@ -426,7 +428,7 @@ class LiveScheduler:
         """A PreBind write or the Binding failed: the model follows what the API says of the pod (`seen`), and a
         pod still pending is retried after a backoff, not dropped."""
         pending, uid, node = cycle.pending, cycle.uid, cycle.node
-        metrics.BIND_ERRORS.labels(str(getattr(error, "status", None) or type(error).__name__)).inc()
+        metrics.BIND_ERRORS.labels(metrics.bind_error_reason(error)).inc()
         self._unreserve(cycle)
         if seen is UNREAD:
             self._apply(self.model.forget(uid, pending=pending))

@@ -19,9 +19,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from gpu_scheduler import sources
+from gpu_scheduler import sources, watching
 from gpu_scheduler.runtime import metrics, model_metrics, running
 from webhook import reloading
 
@@ -82,6 +82,7 @@ def run(api: client.ApiClient, *, config_file: Path | None, config_map: tuple[st
     state: dict[str, Any] = {}
     model_metrics.register(lambda: model_metrics.ModelView.of(state["scheduler"].model) if "scheduler" in state
                            else None)
+    REGISTRY.register(watching.DownCollector(lambda: state["scheduler"].watches if "scheduler" in state else None))
     serve_health(port, state)
 
     def on_change(settings: Any) -> None:

@@ -110,19 +110,27 @@ def test_service_monitors_select_services_that_expose_the_named_port():
         assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
 
 
-def test_dashboard_queries_only_metrics_the_components_export():
+def monitoring_expressions():
+    """Every PromQL expression shipped: the dashboard's panels' and the PrometheusRule's."""
     import json
+
+    configmap = yaml.safe_load((MANIFESTS / "monitoring" / "dashboard.yaml").read_text())
+    dashboard = json.loads(configmap["data"]["gpu-scheduler.json"])
+    rules = yaml.safe_load((MANIFESTS / "monitoring" / "rules.yaml").read_text())
+    return ([target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+            + [rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]])
+
+
+def test_dashboard_and_alerts_query_only_metrics_the_components_export():
     import re
 
     root = MANIFESTS.parent
     sources = "".join((root / f).read_text() for f in (
         "webhook/metrics.py", "gpu_scheduler/runtime/metrics.py", "gpu_scheduler/runtime/model_metrics.py",
-        "gpu_scheduler/runtime/extender.py"))
+        "gpu_scheduler/runtime/extender.py", "gpu_scheduler/runtime/plugins/utilization.py",
+        "gpu_scheduler/watching.py"))
     exported = set(re.findall(r'"(gpu_scheduler_[a-z_]+)"', sources))
-    configmap = yaml.safe_load((MANIFESTS / "monitoring" / "dashboard.yaml").read_text())
-    dashboard = json.loads(configmap["data"]["gpu-scheduler.json"])
-    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
-               for name in re.findall(r"gpu_scheduler_[a-z_]+", target["expr"])}
+    queried = {name for expr in monitoring_expressions() for name in re.findall(r"gpu_scheduler_[a-z_]+", expr)}
     assert queried
     for name in queried:
         base = re.sub(r"_(bucket|sum|count)$", "", name)

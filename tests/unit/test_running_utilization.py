@@ -130,7 +130,7 @@ def test_fresh_failing_stale_and_fresh_again(server, caplog):
     poller.refresh()
     assert poller.status.state == plugin.STALE and np.isnan(handle.busy("a"))
     assert "nodes score neutral" in live.health()
-    assert sample_value("gpu_scheduler_utilization_readings_in_use") == 0
+    assert sample_value("gpu_scheduler_utilization_stale") == 1
 
     server.status, server.body = 200, answer(dcgm("a", 0, "10"))
     poller.refresh()

@@ -27,13 +27,16 @@ from webhook import config
 log = logging.getLogger(__name__)
 
 UP = Gauge("gpu_scheduler_utilization_source_up",
-           "1 when the last query of the live utilization source (Prometheus) succeeded, 0 when it failed; absent "
-           "when no source is configured.")
-IN_USE = Gauge("gpu_scheduler_utilization_readings_in_use",
-               "1 while the live utilization readings are fresh enough to score by (see maxAgeSeconds), else 0.")
+           "1 when the last query of the live utilization source (Prometheus) succeeded; 0 when it failed or no "
+           "source is configured.", multiprocess_mode="livemostrecent")
+STALE_READINGS = Gauge("gpu_scheduler_utilization_stale",
+              "1 while a live utilization source is configured but nodes score without it (no answer yet, or its "
+              "readings are older than maxAgeSeconds), else 0.", multiprocess_mode="livemostrecent")
 LAST_SUCCESS = Gauge("gpu_scheduler_utilization_last_success_timestamp_seconds",
-                     "Unix time of the last successful query of the live utilization source.")
-NODES = Gauge("gpu_scheduler_utilization_nodes", "Nodes of the model with a live utilization reading.")
+                     "Unix time of the last successful query of the live utilization source.",
+                     multiprocess_mode="livemostrecent")
+NODES = Gauge("gpu_scheduler_utilization_nodes", "Nodes of the model with a live utilization reading.",
+              multiprocess_mode="livemostrecent")
 QUERIES = Counter("gpu_scheduler_utilization_queries_total",
                   "Queries of the live utilization source by result (ok, error).", ["result"])
 DURATION = Histogram("gpu_scheduler_utilization_query_duration_seconds",
@@ -116,7 +119,7 @@ class Poller:
         DURATION.observe(now - started)
         QUERIES.labels("ok").inc()
         UP.set(1)
-        IN_USE.set(1)
+        STALE_READINGS.set(0)
         LAST_SUCCESS.set(time.time())
         self.last_success = now
         for reason, count in readings.ignored.items():
@@ -135,7 +138,7 @@ class Poller:
             return
         if self.status.state in (FRESH, FAILING):
             self.publish(None)
-            IN_USE.set(0)
+        STALE_READINGS.set(1)
         self._become(STALE if self.last_success is not None else STARTING, error)
 
     def _become(self, state: str, detail: str) -> None:
@@ -162,7 +165,7 @@ class LiveUtilization(Plugin):
             self.handle.post(self._apply, None)
         self.poller = None
         UP.set(0)
-        IN_USE.set(0)
+        STALE_READINGS.set(1 if source is not None else 0)
         if source is not None:
             self.poller = Poller(source, lambda readings: self.handle.post(self._apply, readings)).start()
 
