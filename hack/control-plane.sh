@@ -4,11 +4,13 @@
 # machine's Go toolchain, and kustomize-v5.5.0, the kustomize that kubectl v1.32 embeds (the
 # tests build every kustomization under manifests/ with both). Nothing is downloaded as a
 # prebuilt binary and nothing lands in the repository: the generated build modules and the
-# binaries live in a cache directory.
+# binaries live in a cache directory. At its end `build` runs hack/prometheus.sh build, so the same command gives
+# the monitoring tests their Prometheus and promtool (built, or found built, likewise; see there).
 #
 #   hack/control-plane.sh build      build unless the cache already holds this exact set; also fetch the
 #                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test,
-#                                    and scheduler-plugins' coscheduling PodGroup CRD for the gang tests
+#                                    and scheduler-plugins' coscheduling PodGroup CRD for the gang tests;
+#                                    then hack/prometheus.sh build (its progress and versions on stderr)
 #   hack/control-plane.sh path       print the bin directory
 #   hack/control-plane.sh versions   print each binary's version
 #
@@ -19,15 +21,18 @@
 #   GPU_SCHEDULER_CERT_MANAGER_VERSION  github.com/cert-manager/cert-manager version for the CRDs (default v1.21.2)
 #   GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION  sigs.k8s.io/scheduler-plugins version for the PodGroup CRD (v0.34.7)
 #   GPU_SCHEDULER_GOTOOLCHAIN         toolchain to fetch when the machine's Go is too old (default go1.27.3)
-#   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again
+#   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again (Prometheus too)
 #   GPU_SCHEDULER_BUILD_HEARTBEAT     seconds between "still building" lines (default 30)
 #   GO                                the go command (default: go on PATH, else /usr/local/go/bin/go)
+#   and hack/prometheus.sh's: GPU_SCHEDULER_PROMETHEUS_DIR, GPU_SCHEDULER_PROMETHEUS_VERSION
 #
 # A cold build needs Go >= 1.26 and the Go module proxy, and takes 8-12 minutes on 2 cores (measured
 # 8.5 and 11.5 before kube-controller-manager was added, which took 50 s more once the others' packages were
 # in the build cache; kube-apiserver alone 6-9, kustomize about 30 s) with a peak of about 1.9 GB of memory;
 # it leaves about 3.9 GB in the Go caches (1 GB modules, 2.9 GB build cache: `go env GOMODCACHE GOCACHE`)
-# and 360 MB of binaries in the output dir. A warm run (the cache holds this exact set) takes under a second.
+# and 360 MB of binaries in the output dir. Prometheus then adds about 3.5 minutes (under 3 once the control plane's
+# modules are fetched), 2.3 GB in the Go caches and 100 MB of binaries in its own cache dir. A warm run (both caches
+# hold their exact sets) takes under a second.
 set -Eeuo pipefail
 
 KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
@@ -38,7 +43,6 @@ KUSTOMIZE_VERSION=v5.5.0
 ETCD_VERSION="${GPU_SCHEDULER_ETCD_VERSION:-v3.6.16}"
 CERT_MANAGER_VERSION="${GPU_SCHEDULER_CERT_MANAGER_VERSION:-v1.21.2}"
 SCHEDULER_PLUGINS_VERSION="${GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION:-v0.34.7}"
-FALLBACK_TOOLCHAIN="${GPU_SCHEDULER_GOTOOLCHAIN:-go1.27.3}"
 OUT_DIR="${GPU_SCHEDULER_CONTROL_PLANE_DIR:-$HOME/.cache/gpu-scheduler/control-plane/$KUBE_VERSION}"
 BIN_DIR="$OUT_DIR/bin"
 WORK_DIR="$OUT_DIR/build"
@@ -56,86 +60,14 @@ KUBE_MAJOR="${BASH_REMATCH[1]}"
 KUBE_MINOR="${BASH_REMATCH[2]}"
 STAGING_VERSION="v0.${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
 
-STEP="start"
-HEARTBEAT="${GPU_SCHEDULER_BUILD_HEARTBEAT:-30}"
-log() { printf '==> [%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-# "75" -> "1m15s"
-elapsed() { if (($1 >= 60)); then printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); else printf '%ds' "$1"; fi; }
-step() { STEP="$*"; log "$STEP"; }
-fail() {
-    printf 'control-plane.sh: FAILED in step "%s": %s\n' "$STEP" "$*" >&2
-    exit 1
-}
-# Put DIR/go.mod.new in force as DIR/go.mod, starting from a fresh go.sum whenever the
-# requested versions changed (go.mod.gen remembers what was generated last time).
-install_go_mod() {
-    local dir=$1
-    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.gen" 2>/dev/null; then
-        cp "$dir/go.mod.new" "$dir/go.mod"
-        cp "$dir/go.mod.new" "$dir/go.mod.gen"
-        rm -f "$dir/go.sum"
-    fi
-    rm -f "$dir/go.mod.new"
-}
-on_error() {
-    local rc=$?
-    printf 'control-plane.sh: FAILED in step "%s" (exit %s) at line %s: %s\n' \
-        "$STEP" "$rc" "${BASH_LINENO[0]}" "$BASH_COMMAND" >&2
-    exit "$rc"
-}
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=build-lib.sh
+source "$HACK_DIR/build-lib.sh"
 trap on_error ERR
-
-# heartbeat CMD...: run CMD and return its exit code; a go build is silent for minutes, so every
-# $HEARTBEAT s say that the step is still running and for how long.
-heartbeat() {
-    local pid started=$SECONDS next=$((SECONDS + HEARTBEAT))
-    "$@" &
-    pid=$!
-    while kill -0 "$pid" 2>/dev/null; do
-        if ((SECONDS >= next)); then
-            log "... still: $STEP, $(elapsed $((SECONDS - started))) so far"
-            next=$((SECONDS + HEARTBEAT))
-        fi
-        sleep 0.2
-    done
-    wait "$pid"
-}
-
-# run DESCRIPTION CMD...: run a command, naming the step and the command if it fails.
-run() {
-    local what="$1"
-    shift
-    local rc=0
-    heartbeat "$@" || rc=$?
-    if ((rc != 0)); then
-        printf 'control-plane.sh: FAILED in step "%s": %s\n  command (in %s): %s\n  exit code: %s\n' \
-            "$STEP" "$what" "$PWD" "$*" "$rc" >&2
-        exit "$rc"
-    fi
-}
-
-find_go() {
-    if [[ -n "${GO:-}" ]]; then
-        echo "$GO"
-    elif command -v go >/dev/null 2>&1; then
-        command -v go
-    elif [[ -x /usr/local/go/bin/go ]]; then
-        echo /usr/local/go/bin/go
-    else
-        return 1
-    fi
-}
 
 stamp_text() {
     printf 'kubernetes=%s staging=%s etcd=%s kustomize=%s binaries=%s\n' "$KUBE_VERSION" "$STAGING_VERSION" \
         "$ETCD_VERSION" "$KUSTOMIZE_VERSION" "${BINARIES[*]}"
-}
-
-all_binaries_present() {
-    local b
-    for b in "${BINARIES[@]}"; do
-        [[ -x "$BIN_DIR/$b" ]] || return 1
-    done
 }
 
 cmd_versions() {
@@ -150,36 +82,6 @@ cmd_versions() {
     printf 'kube-scheduler: %s\n' "$(first_line "$BIN_DIR/kube-scheduler" --version)"
     printf 'kubectl:        %s\n' "$(first_line "$BIN_DIR/kubectl" version --client)"
     printf 'kustomize:      %s\n' "$(first_line "$BIN_DIR/kustomize-$KUSTOMIZE_VERSION" version)"
-}
-
-# first_line CMD...: the first line of what CMD prints.
-first_line() {
-    local out
-    out="$("$@")"
-    printf '%s\n' "${out%%$'\n'*}"
-}
-
-# download_module MODULE VERSION: fetch it through the proxy; sets MODULE_DIR to its source.
-download_module() {
-    local json="$WORK_DIR/download.json"
-    mkdir -p "$WORK_DIR"
-    if ! heartbeat "$GO_BIN" mod download -json "$1@$2" >"$json"; then
-        # with -json the reason is in the output's "Error" field, not on stderr
-        grep '"Error"' "$json" >&2 || cat "$json" >&2
-        fail "go mod download -json $1@$2 (module $1, version $2) failed"
-    fi
-    MODULE_DIR="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' "$json")"
-}
-
-# If the module's go directive needs a newer Go than this machine's, fetch a toolchain.
-ensure_toolchain() {
-    local need="$1" have
-    have="$("$GO_BIN" env GOVERSION)"
-    have="${have#go}"
-    if [[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]]; then
-        log "Go $have is older than the required $need: using GOTOOLCHAIN=$FALLBACK_TOOLCHAIN"
-        export GOTOOLCHAIN="$FALLBACK_TOOLCHAIN"
-    fi
 }
 
 build_kubernetes() {
@@ -306,13 +208,10 @@ fetch_coscheduling_crd() {
     log "scheduler-plugins $SCHEDULER_PLUGINS_VERSION coscheduling CRD in $COSCHEDULING_CRD_DIR"
 }
 
-cmd_build() {
+build_control_plane() {
     fetch_cert_manager_crds
     fetch_coscheduling_crd
-    if [[ "${GPU_SCHEDULER_REBUILD:-0}" != 1 ]] && all_binaries_present &&
-        [[ "$(cat "$STAMP" 2>/dev/null)" == "$(stamp_text)" ]]; then
-        log "control plane already built in $BIN_DIR ($(stamp_text)): skipping the build"
-        cmd_versions
+    if already_built "control plane" "skipping the build"; then
         return 0
     fi
     step "find the Go toolchain"
@@ -329,13 +228,19 @@ cmd_build() {
     # the version as kustomize's release build sets it (otherwise `kustomize version` says "(devel)")
     build_root_command kustomize "kustomize-$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5 \
         "$KUSTOMIZE_VERSION" "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$KUSTOMIZE_VERSION"
-    step "install the binaries into $BIN_DIR"
-    for b in "${BINARIES[@]}"; do
-        run "install $b" mv -f "$WORK_DIR/out/$b" "$BIN_DIR/$b"
-    done
-    stamp_text >"$STAMP"
-    log "built ${BINARIES[*]} in $(elapsed $((SECONDS - started))) into $BIN_DIR"
-    cmd_versions
+    install_binaries "$started"
+}
+
+# Prometheus and promtool for the monitoring tests, built (or found built) by their own script. Its progress and
+# versions go to stderr: stdout stays the control plane's versions.
+build_prometheus() {
+    step "Prometheus: hack/prometheus.sh build"
+    bash "$HACK_DIR/prometheus.sh" build >&2
+}
+
+cmd_build() {
+    build_control_plane
+    build_prometheus
 }
 
 case "${1:-}" in

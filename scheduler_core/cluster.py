@@ -264,13 +264,19 @@ class Cluster:
         self.dra.set_busy(readings.uuids if readings is not None else {})
         if readings is None:
             return set()
-        unknown = set()
-        for name in readings.nodes:
-            row = self.index.get(name)
-            if row is None:
-                unknown.add(name)
-            else:
-                self._set_live_row(row, name)
+        # whole columns at once, built without a tuple per GPU (40,000 of them would wake the garbage collector)
+        index, width = self.index, self.gpu_busy.shape[1]
+        unknown = {name for name in readings.nodes if name not in index}
+        known = [name for name in readings.nodes if name not in unknown]
+        self.live_utilization[np.fromiter((index[n] for n in known), np.int64, len(known))] = np.fromiter(
+            (readings.nodes[n] for n in known), float, len(known))
+        per_node = [(index[name], gpus) for name, gpus in readings.gpus.items() if name in index]
+        count = sum(len(gpus) for _, gpus in per_node)
+        rows = np.fromiter((row for row, gpus in per_node for _ in gpus), np.int64, count)
+        columns = np.fromiter((gpu for _, gpus in per_node for gpu in gpus), np.int64, count)
+        values = np.fromiter((busy for _, gpus in per_node for busy in gpus.values()), float, count)
+        inside = columns < width
+        self.gpu_busy[rows[inside], columns[inside]] = values[inside]
         return unknown
 
     def _set_live_row(self, row: int, name: str) -> None:

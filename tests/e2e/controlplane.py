@@ -66,20 +66,28 @@ _START_ATTEMPTS = 3  # a free port can be taken by someone else before the compo
 _ADDRESS_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
 
 
-def default_dir() -> Path:
-    """Where `hack/control-plane.sh build` puts the binaries (same env variable, same default)."""
-    configured = os.environ.get("GPU_SCHEDULER_CONTROL_PLANE_DIR")
+def cache_dir(variable: str, kind: str, version: str) -> Path:
+    """Where a hack/ build script puts its binaries: `$variable`, else ~/.cache/gpu-scheduler/<kind>/<version>."""
+    configured = os.environ.get(variable)
     if configured:
         return Path(configured)
-    return Path.home() / ".cache" / "gpu-scheduler" / "control-plane" / KUBERNETES_VERSION
+    return Path.home() / ".cache" / "gpu-scheduler" / kind / version
+
+
+def binaries_in(directory: Path, names: Sequence[str]) -> Path | None:
+    """`directory`/bin if every one of `names` is an executable there, else None (tests skip)."""
+    bin_dir = directory / "bin"
+    return bin_dir if all(os.access(bin_dir / name, os.X_OK) for name in names) else None
+
+
+def default_dir() -> Path:
+    """Where `hack/control-plane.sh build` puts the binaries (same env variable, same default)."""
+    return cache_dir("GPU_SCHEDULER_CONTROL_PLANE_DIR", "control-plane", KUBERNETES_VERSION)
 
 
 def find_binaries() -> Path | None:
     """The bin directory if every control-plane binary is there, else None (tests skip)."""
-    bin_dir = default_dir() / "bin"
-    if all(os.access(bin_dir / name, os.X_OK) for name in BINARIES):
-        return bin_dir
-    return None
+    return binaries_in(default_dir(), BINARIES)
 
 
 def free_port() -> int:

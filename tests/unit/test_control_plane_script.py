@@ -68,6 +68,10 @@ def fake_toolchain(tmp_path):
     kustomize.mkdir(parents=True)
     (kustomize / "go.mod").write_text("module sigs.k8s.io/kustomize/kustomize/v5\n\ngo 1.22.7\n")
     (kustomize / "main.go").write_text("package main\n")
+    prometheus = modules / "github.com" / "prometheus" / "prometheus"
+    (prometheus / "cmd" / "prometheus").mkdir(parents=True)
+    (prometheus / "go.mod").write_text("module github.com/prometheus/prometheus\n\ngo 1.26.7\n")
+    (prometheus / "VERSION").write_text("3.16.0\n")
     env = {
         **os.environ,
         "GO": str(_executable(tmp_path / "go", FAKE_GO)),
@@ -76,6 +80,7 @@ def fake_toolchain(tmp_path):
         "FAKE_APISERVER_SECONDS": "2.5",
         "GPU_SCHEDULER_BUILD_HEARTBEAT": "1",
         "GPU_SCHEDULER_CONTROL_PLANE_DIR": str(tmp_path / "cache"),
+        "GPU_SCHEDULER_PROMETHEUS_DIR": str(tmp_path / "prometheus"),
     }
     return env
 
@@ -94,6 +99,9 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     assert "build 6/6: kustomize-v5.5.0 (sigs.k8s.io/kustomize/kustomize/v5@v5.5.0)" in result.stderr
     assert f"built {' '.join(BINARIES)} in " in result.stderr
     assert "kustomize:      kustomize-v5.5.0 version v1.36.3 (fake)" in result.stdout
+    assert "build 2/2: promtool (github.com/prometheus/prometheus/cmd/promtool@v0.316.0, tags remove_all_sd)" \
+        in result.stderr
+    assert "promtool:   promtool version v1.36.3 (fake)" in result.stderr
 
 
 def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
