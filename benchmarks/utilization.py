@@ -7,8 +7,8 @@ refresh   A real Prometheus (hack/prometheus.sh) scrapes a dcgm-exporter stand-i
           model of those nodes (Cluster.set_live_utilization: what the scheduling loop itself pays). Also for the
           aggregated query the docs suggest for large clusters.
 rate      One real control plane, --nodes (1000) x 8 GPUs and --pods one-GPU pods: `gpu-scheduler run` with the
-          source off and on (refreshSeconds 1, the default query, against a Prometheus scraping the stand-in for
-          those nodes every 15 s), alternating over --rounds. Prometheus and the stand-in run in both, so the
+          source off and on (refreshSeconds 15, the default, and 1; the default query; against a Prometheus
+          scraping the stand-in for those nodes every 15 s), alternating over --rounds. Prometheus and the stand-in run in both, so the
           difference is the scheduler's own. Target: no measurable drop (on/off within the rounds' spread).
 
     python benchmarks/utilization.py [--part refresh|rate|both] [--refresh-nodes 5000] [--nodes 1000] [--pods 2000]
@@ -43,7 +43,7 @@ from tests.e2e import prometheus as prom  # noqa: E402
 from tests.e2e.dcgm import DcgmExporter  # noqa: E402
 
 GPUS_PER_NODE = 8
-AGGREGATED = "max by (Hostname, gpu, UUID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m]))"
+EVERY_LABEL = "avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m])"  # the same, with all of dcgm-exporter's labels
 
 
 class StaticExporter:
@@ -108,20 +108,22 @@ def refresh_part(args: argparse.Namespace) -> None:
     model = model_of(names)
     print(f"\nrefresh at {len(names)} nodes x {GPUS_PER_NODE} GPUs ({series} GPU series; the exporter's page "
           f"{exporter.size / 2**20:.1f} MiB); medians of {args.repeat}, milliseconds")
-    print(f"{'query':<12}{'answer MiB':>11}{'query+JSON':>11}{'read':>7}{'apply':>7}{'total':>7}")
+    print(f"{'query':<12}{'answer MiB':>11}{'query+JSON':>11}{'read':>7}{'apply':>7}{'total':>7}{'our CPU':>9}")
     try:
-        for label, query in (("default", utilization.DEFAULT_QUERY), ("aggregated", AGGREGATED)):
+        for label, query in (("default", utilization.default_query()), ("all labels", EVERY_LABEL)):
             source = profile.PrometheusSource(url=server.url, query=query, timeout_seconds=30)
             asking = client.Client(source)
             timings: dict[str, list[float]] = {"query": [], "read": [], "apply": []}
+            cpu: list[float] = []
             for _ in range(args.repeat):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 answer = asking.query(query)
                 asked = time.perf_counter()
                 readings = utilization.read(utilization.vector_of(answer), mapping=source.mapping())
                 read = time.perf_counter()
                 model.set_live_utilization(readings)
                 applied = time.perf_counter()
+                cpu.append(time.process_time() - cpu_started)
                 timings["query"].append(asked - started)
                 timings["read"].append(read - asked)
                 timings["apply"].append(applied - read)
@@ -131,9 +133,10 @@ def refresh_part(args: argparse.Namespace) -> None:
                 size = len(response.read())
             median = {key: statistics.median(values) * 1000 for key, values in timings.items()}
             print(f"{label:<12}{size / 2**20:>11.1f}{median['query']:>11.0f}{median['read']:>7.0f}"
-                  f"{median['apply']:>7.1f}{sum(median.values()):>7.0f}")
-        print(f"default: {utilization.DEFAULT_QUERY}; aggregated: {AGGREGATED}")
-        print("query+JSON and read run on the source's own thread; apply runs in the scheduling loop")
+                  f"{median['apply']:>7.1f}{sum(median.values()):>7.0f}{statistics.median(cpu) * 1000:>9.0f}")
+        print(f"default: {utilization.default_query()}; all labels: {EVERY_LABEL}")
+        print("query+JSON and read run on the source's own thread; apply runs in the scheduling loop; our CPU: "
+              "this process's CPU time for the three (query+JSON also holds Prometheus' own time)")
     finally:
         server.close()
         exporter.close()
@@ -146,12 +149,14 @@ def rate_part(args: argparse.Namespace) -> None:
     exporter = StaticExporter(names)
     server = started_prometheus(exporter, len(names) * GPUS_PER_NODE)
     work = Path(tempfile.mkdtemp(prefix="utilization-bench-"))
-    configs = {"off": {"schedulerName": "gpu-scheduler"},
-               "on": {"schedulerName": "gpu-scheduler", "scheduling": {"utilization": {"prometheus": {
-                   "url": server.url, "refreshSeconds": 1, "maxAgeSeconds": 30, "timeoutSeconds": 10}}}}}
+    configs: dict[str, Any] = {"off": {"schedulerName": "gpu-scheduler"}}
+    for seconds in args.refresh_seconds:
+        configs[f"on-{seconds:g}s"] = {"schedulerName": "gpu-scheduler", "scheduling": {"utilization": {"prometheus": {
+            "url": server.url, "refreshSeconds": seconds, "maxAgeSeconds": max(60, 4 * seconds),
+            "timeoutSeconds": 10}}}}
     for way, config in configs.items():
         (work / f"{way}.yaml").write_text(yaml.safe_dump(config))
-    results: dict[str, list[float]] = {"off": [], "on": []}
+    results: dict[str, list[float]] = {way: [] for way in configs}
     try:
         with cp.ControlPlane() as plane:
             api = plane.api_client()
@@ -167,23 +172,26 @@ def rate_part(args: argparse.Namespace) -> None:
                     return lambda: servers.stop_process(process)
                 return start
 
+            ways = list(configs)
             for round_number in range(1, args.rounds + 1):
-                order = ("off", "on") if round_number % 2 else ("on", "off")
-                for way in order:
+                # alternate the order, so no way always runs first (a cold cache) or last
+                for way in ways if round_number % 2 else ways[::-1]:
                     outcome = scheduler_e2e.run_way(f"{way}-r{round_number}", plane, api, args.pods, work,
                                                     runner(way), "gpu-scheduler", args.timeout)
                     results[way].append(outcome["pods_per_s"])
-                print(f"round {round_number}: off {results['off'][-1]:.0f}, on {results['on'][-1]:.0f} pods/s "
-                      f"(on/off {results['on'][-1] / results['off'][-1]:.2f})", flush=True)
+                print(f"round {round_number}: " + ", ".join(f"{way} {rates[-1]:.0f}" for way, rates in results.items())
+                      + " pods/s; " + ", ".join(f"{way}/off {rates[-1] / results['off'][-1]:.2f}"
+                                               for way, rates in results.items() if way != "off"), flush=True)
     finally:
         server.close()
         exporter.close()
-    ratios = [on / off for on, off in zip(results["on"], results["off"])]
-    print(f"\n{args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} one-GPU pods, gpu-scheduler run; medians of "
-          f"{args.rounds} rounds")
-    print(f"off {statistics.median(results['off']):.0f} pods/s, on {statistics.median(results['on']):.0f} pods/s "
-          f"(refreshSeconds 1); on/off median {statistics.median(ratios):.2f}, rounds "
-          + " ".join(f"{ratio:.2f}" for ratio in ratios))
+    print(f"\n{args.nodes} nodes x {GPUS_PER_NODE} GPUs, {args.pods} one-GPU pods, gpu-scheduler run, the default "
+          f"query; medians of {args.rounds} rounds, the ways alternating in order")
+    print(f"{'way':<10}{'pods/s':>8}   x off, per round")
+    for way, rates in results.items():
+        ratios = [rate / off for rate, off in zip(rates, results["off"])]
+        print(f"{way:<10}{statistics.median(rates):>8.0f}   " + ("" if way == "off" else
+              f"median {statistics.median(ratios):.2f}; rounds " + " ".join(f"{ratio:.2f}" for ratio in ratios)))
 
 
 def main() -> int:
@@ -194,6 +202,9 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--refresh-seconds", type=lambda text: [float(v) for v in text.split(",")], default=[15.0, 1.0],
+                        help="the source's refreshSeconds for each `on` way (default 15,1: the shipped default and "
+                             "the most a config would ask)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per way, seconds")
     args = parser.parse_args()
     sides.stop_cleanly_on_sigterm()

@@ -61,7 +61,7 @@ class PrometheusSource:
     own scrape configs name them (tls_config, bearer_token_file)."""
 
     url: str  # the Prometheus base URL (http or https), e.g. https://prometheus.monitoring.svc:9090
-    query: str = utilization.DEFAULT_QUERY  # one value per GPU (or per node) of utilization, in `unit`
+    query: str | None = None  # one value per GPU (or per node), in `unit`; None: utilization.default_query
     unit: utilization.Unit = "percent"  # of the query's values: percent (0..100, dcgm-exporter's) or ratio (0..1)
     node_label: str = utilization.DEFAULT_NODE_LABEL  # the series label that names the node
     node_pattern: str | None = None  # a regex over that label; its first group (or the whole match) is the node
@@ -73,6 +73,11 @@ class PrometheusSource:
     key_file: str | None = None
     insecure_skip_verify: bool = False  # do not verify the server's certificate (tests only)
     bearer_token_file: str | None = None  # re-read at every query, so a rotated token is picked up
+
+    @property
+    def promql(self) -> str:
+        """The query asked: the configured one, or dcgm-exporter's utilization by this node label."""
+        return self.query if self.query is not None else utilization.default_query(self.node_label)
 
     def mapping(self) -> utilization.NodeMapping:
         pattern = re.compile(self.node_pattern) if self.node_pattern is not None else None

@@ -212,7 +212,7 @@ def test_the_default_query_reads_every_gpu_with_dcgm_exporters_labels(prometheus
     (labels, value), = prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{C}",gpu="0"}}')
     assert {"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id", "DCGM_FI_DRIVER_VERSION"} <= labels.keys()
     assert (labels["device"], labels["job"], labels["instance"]) == ("nvidia0", "dcgm-exporter", dcgm.address)
-    readings = utilization.read(utilization.vector_of(prometheus.query_raw(utilization.DEFAULT_QUERY)))
+    readings = utilization.read(utilization.vector_of(prometheus.query_raw(utilization.default_query())))
     assert {node: len(readings.gpus[node]) for node in (A, B, C, D)} == {A: 2, B: 2, C: 4, D: 4}
     assert {f"GPU-{D}-{index}" for index in range(4)} <= readings.uuids.keys()
 

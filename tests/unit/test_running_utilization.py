@@ -111,7 +111,7 @@ def test_fresh_failing_stale_and_fresh_again(server, caplog):
     poller.refresh()
     assert poller.status.state == plugin.FRESH and handle.busy("a") == pytest.approx(0.7)
     assert np.isnan(handle.busy("b"))
-    assert server.asked[-1] == ("avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m])", None)
+    assert server.asked[-1] == ("max by (Hostname, gpu, UUID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m]))", None)
     assert sample_value("gpu_scheduler_utilization_source_up") == 1
     assert sample_value("gpu_scheduler_utilization_nodes") == 1
     grew = {r: sample_value("gpu_scheduler_utilization_ignored_samples_total", reason=r) - ignored_before[r]

@@ -135,6 +135,14 @@ def test_utilization_moves_the_next_pod():
     assert framework.place(facts(pod("q", gpus=1))).node == "a"
 
 
+def test_a_pod_with_a_dra_claim_goes_to_the_less_busy_node():
+    framework = cluster("a", "b")
+    framework.configure(only_utilization())
+    framework.cluster.dra.set("ResourceClaim", claim("c", 1))
+    framework.cluster.set_live_utilization(utilization.read([sample("80", Hostname="a"), sample("20", Hostname="b")]))
+    assert framework.decide(facts(claiming("p", "c"))).node == "b"
+
+
 # --- the GPUs on the chosen node -----------------------------------------------------------------------------------
 
 
@@ -216,8 +224,10 @@ def test_a_full_source_is_parsed():
 
 def test_the_defaults_ask_dcgm_exporter_by_hostname():
     source = parsed({"url": "http://prometheus:9090"})
-    assert source is not None and (source.query, source.node_label, source.unit) == (
-        "avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m])", "Hostname", "percent")
+    assert source is not None and (source.promql, source.node_label, source.unit) == (
+        "max by (Hostname, gpu, UUID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[2m]))", "Hostname", "percent")
+    assert parsed({"url": "http://p", "nodeLabel": "node"}).promql.startswith(  # type: ignore[union-attr]
+        "max by (node, gpu, UUID) (")
     assert (source.refresh_seconds, source.max_age_seconds, source.timeout_seconds) == (15.0, 60.0, 5.0)
     assert config.parse({}).scheduling.prometheus is None
 

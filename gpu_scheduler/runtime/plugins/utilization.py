@@ -104,7 +104,7 @@ class Poller:
     def refresh(self) -> None:
         started = time.monotonic()
         try:
-            readings = utilization.read(utilization.vector_of(self.client.query(self.source.query)),
+            readings = utilization.read(utilization.vector_of(self.client.query(self.source.promql)),
                                         mapping=self.mapping, unit=self.source.unit)
         except (prometheus.QueryFailed, utilization.QueryError) as err:
             if self.stopped.is_set():
