@@ -197,3 +197,25 @@ def test_a_config_change_restarts_the_poller_and_dropping_the_source_drops_the_r
         assert live.health() == "no live source (scheduling.utilization.prometheus): node annotations only"
     finally:
         live.stop()
+
+
+def test_the_verbose_health_check_lists_each_check_and_the_source_without_failing_on_it():
+    from types import SimpleNamespace
+
+    from gpu_scheduler.runtime import standalone
+
+    class Source:
+        name = "utilization"
+
+        def health(self) -> str:
+            return "prometheus http://p:9090: stale since 12:00:00Z: connection refused; nodes score neutral"
+
+    alive = SimpleNamespace(is_alive=lambda: True)
+    scheduler = SimpleNamespace(_loop=alive, watches=SimpleNamespace(down=lambda: []), plugins=[Source()])
+    assert standalone._health_detail(scheduler, standalone._health_problems(scheduler)) == (  # type: ignore[arg-type]
+        "[+]scheduling-loop ok\n[+]watches ok\n[+]utilization ok: prometheus http://p:9090: stale since 12:00:00Z: "
+        "connection refused; nodes score neutral\nhealthz check passed\n")
+    scheduler.watches = SimpleNamespace(down=lambda: ["nodes watch down for 75s"])
+    detail = standalone._health_detail(scheduler, standalone._health_problems(scheduler))  # type: ignore[arg-type]
+    assert detail.startswith("[-]nodes watch down for 75s\n[+]utilization ok") and detail.endswith("check failed\n")
+    assert standalone._health_detail(None, []).endswith("healthz check passed\n")
