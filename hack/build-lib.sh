@@ -44,7 +44,9 @@ on_error() {
 # heartbeat CMD...: run CMD and return its exit code; a go build is silent for minutes, so every
 # $HEARTBEAT s say that the step is still running and for how long.
 heartbeat() {
-    local pid started=$SECONDS next=$((SECONDS + HEARTBEAT))
+    local pid started=$SECONDS next=$((SECONDS + HEARTBEAT)) polls=0
+    # a quick command is not held up by the polling; a long build is polled every 0.32 s
+    local delays=(0.01 0.02 0.04 0.08 0.16 0.32)
     "$@" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
@@ -52,7 +54,8 @@ heartbeat() {
             log "... still: $STEP, $(elapsed $((SECONDS - started))) so far"
             next=$((SECONDS + HEARTBEAT))
         fi
-        sleep 0.2
+        sleep "${delays[polls]}"
+        ((polls < ${#delays[@]} - 1)) && polls=$((polls + 1))
     done
     wait "$pid"
 }
