@@ -66,8 +66,7 @@ class Status:
 
     def line(self) -> str:
         began = datetime.datetime.fromtimestamp(self.since, datetime.timezone.utc).strftime("%H:%M:%SZ")
-        effect = {STALE: "; nodes score neutral (or by their annotation)",
-                  STARTING: "; nodes score neutral (or by their annotation)"}.get(self.state, "")
+        effect = "; nodes score neutral (or by their annotation)" if self.state in (STALE, STARTING) else ""
         return f"prometheus {self.url}: {self.state} since {began}: {self.detail}{effect}"
 
 
