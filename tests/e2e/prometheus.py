@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import pytest
 import yaml
 
 from tests.e2e import controlplane as cp
@@ -53,12 +52,7 @@ def find_binaries() -> Path | None:
 
 def require_binaries() -> Path:
     """The bin directory; without it skip, but under CI=true fail: CI must run the monitoring tests."""
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and the Prometheus tests cannot run: {MISSING}")
-        pytest.skip(MISSING)
-    return bin_dir
+    return cp.required(find_binaries(), "Prometheus tests", MISSING)
 
 
 def promtool_check_rules(path: Path | str, *, bin_dir: Path | None = None) -> tuple[int, str]:

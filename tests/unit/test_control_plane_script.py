@@ -2,7 +2,8 @@
 
 The stand-in answers the few go commands the script uses: `mod download -json` points at small
 module trees made here, and `build` writes a fake binary after a pause, long enough for the
-script's "still building" heartbeat to show.
+script's "still building" heartbeat to show. The fake helm prints the version that the build's
+-ldflags gave Helm's internal/version package, as the real one would.
 """
 
 import os
@@ -31,10 +32,23 @@ mod)  # mod download -json MODULE@VERSION
     printf '{\\n\\t"Path": "%s",\\n\\t"Dir": "%s/%s"\\n}\\n' "$module" "$FAKE_MODULES" "$module" ;;
 get) ;;
 build)
-    while [[ "$1" != "-o" ]]; do shift; done
+    ldflags=""
+    while [[ "$1" != "-o" ]]; do
+        [[ "$1" != -ldflags ]] || ldflags="$2"
+        shift
+    done
     out="$2"
     [[ "$out" != */kube-apiserver ]] || sleep "$FAKE_APISERVER_SECONDS"
-    cp "$FAKE_BINARY" "$out" && chmod +x "$out" ;;
+    if [[ "$out" == */helm ]]; then
+        version="$(grep -o 'helm.sh/helm/v4/internal/version.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)" || true
+        cat >"$out" <<FAKE
+#!/usr/bin/env bash
+echo 'version.BuildInfo{Version:"$version", GitCommit:"", GitTreeState:"clean", GoVersion:"go1.26.8"}'
+FAKE
+        chmod +x "$out"
+    else
+        cp "$FAKE_BINARY" "$out" && chmod +x "$out"
+    fi ;;
 *) echo "fake go: unexpected: $*" >&2; exit 1 ;;
 esac
 """
@@ -70,8 +84,15 @@ def fake_toolchain(tmp_path):
     (kustomize / "main.go").write_text("package main\n")
     prometheus = modules / "github.com" / "prometheus" / "prometheus"
     (prometheus / "cmd" / "prometheus").mkdir(parents=True)
+    (prometheus / "cmd" / "promtool").mkdir(parents=True)
     (prometheus / "go.mod").write_text("module github.com/prometheus/prometheus\n\ngo 1.26.7\n")
     (prometheus / "VERSION").write_text("3.16.0\n")
+    helm = modules / "helm.sh" / "helm" / "v4"
+    (helm / "cmd" / "helm").mkdir(parents=True)
+    (helm / "internal" / "version").mkdir(parents=True)
+    (helm / "go.mod").write_text("module helm.sh/helm/v4\n\ngo 1.26.0\n")
+    (helm / "internal" / "version" / "version.go").write_text(
+        'package version\n\nvar (\n\tversion = "v4.3"\n\tmetadata = ""\n\tgitCommit = ""\n\tgitTreeState = ""\n)\n')
     env = {
         **os.environ,
         "GO": str(_executable(tmp_path / "go", FAKE_GO)),
@@ -81,6 +102,7 @@ def fake_toolchain(tmp_path):
         "GPU_SCHEDULER_BUILD_HEARTBEAT": "1",
         "GPU_SCHEDULER_CONTROL_PLANE_DIR": str(tmp_path / "cache"),
         "GPU_SCHEDULER_PROMETHEUS_DIR": str(tmp_path / "prometheus"),
+        "GPU_SCHEDULER_HELM_DIR": str(tmp_path / "helm"),
     }
     return env
 
@@ -102,6 +124,8 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     assert "build 2/2: promtool (github.com/prometheus/prometheus/cmd/promtool@v0.316.0, tags remove_all_sd)" \
         in result.stderr
     assert "promtool:   promtool version v1.36.3 (fake)" in result.stderr
+    assert "build 1/1: helm (helm.sh/helm/v4/cmd/helm@v4.3.2)" in result.stderr
+    assert 'helm: version.BuildInfo{Version:"v4.3.2", GitCommit:"", GitTreeState:"clean"' in result.stderr
 
 
 def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
@@ -141,3 +165,15 @@ def test_versions_without_a_build_says_what_to_run(tmp_path):
     assert result.returncode == 1
     assert "run hack/control-plane.sh build" in result.stderr
     assert "FAILED" not in result.stderr
+
+
+def test_helm_without_the_version_package_fails_instead_of_building_a_helm_that_says_v4_3(fake_toolchain):
+    """-X on a variable that does not exist is silently ignored: a Helm that moved its version package must stop
+    the build, not leave a helm whose `version` is the source's default."""
+    helm_module = Path(fake_toolchain["FAKE_MODULES"]) / "helm.sh" / "helm" / "v4"
+    (helm_module / "internal" / "version" / "version.go").unlink()
+    result = subprocess.run(["bash", str(SCRIPT.parent / "helm.sh"), "build"], env=fake_toolchain,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "no internal/version or pkg/version with gitTreeState in helm.sh/helm/v4@v4.3.2" in result.stderr
+    assert not (Path(fake_toolchain["GPU_SCHEDULER_HELM_DIR"]) / "bin" / "helm").exists()
