@@ -55,9 +55,8 @@ class NodeMapping:
     label: str = DEFAULT_NODE_LABEL
     pattern: re.Pattern[str] | None = None
 
-    def node_of(self, labels: Mapping[str, str]) -> str | None:
-        """The node name, or None; raises KeyError when the label is missing."""
-        value = labels[self.label]
+    def node_of(self, value: str) -> str | None:
+        """The node a value of `label` names, or None."""
         if self.pattern is None:
             return value or None
         found = self.pattern.fullmatch(value)
@@ -121,7 +120,7 @@ def read(samples: Iterable[Mapping[str, Any]], *, mapping: NodeMapping = NodeMap
             ignored[NO_NODE_LABEL] += 1
             continue
         if pattern is not None:
-            node = mapping.node_of(labels)
+            node = mapping.node_of(node)
         if not node:
             ignored[NODE_NOT_MATCHED] += 1
             continue

@@ -364,7 +364,7 @@ def _selectors(prometheus: prom.Prometheus, expr: str) -> list[str]:
         if isinstance(node, dict):
             if node.get("type") in ("vectorSelector", "matrixSelector"):
                 selector = node if node.get("type") == "vectorSelector" else node.get("vectorSelector", node)
-                matchers = ",".join(f'{m["name"]}{_OPS[m["type"]]}{json.dumps(m["value"])}'
+                matchers = ",".join(f'{m["name"]}{m["type"]}{json.dumps(m["value"])}'
                                     for m in selector.get("matchers", []))
                 found.append(f"{{{matchers}}}")
             for value in node.values():
@@ -375,8 +375,6 @@ def _selectors(prometheus: prom.Prometheus, expr: str) -> list[str]:
     walk(prometheus._get("/api/v1/parse_query", {"query": expr})["data"])
     return found
 
-
-_OPS = {"=": "=", "!=": "!=", "=~": "=~", "!~": "!~"}
 
 
 def test_the_alerts_pass_promtool(prometheus, work):

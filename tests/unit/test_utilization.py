@@ -4,6 +4,7 @@ DRA devices by UUID), and `scheduling.utilization.prometheus` in the config."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -122,8 +123,7 @@ def test_the_live_reading_wins_over_the_annotation_and_the_annotation_stays_for_
 def test_a_node_added_after_the_readings_gets_its_reading():
     framework = scheduler(node("a"), scheduling=only_utilization())
     framework.cluster.set_live_utilization(utilization.read([dcgm("b", 0, "5"), dcgm("a", 0, "95")]))
-    framework.cluster.set_node(framework.cluster.facts[0].__class__(**{  # type: ignore[union-attr]
-        **vars(framework.cluster.node(0)), "name": "b"}))
+    framework.cluster.set_node(dataclasses.replace(framework.cluster.node(0), name="b"))
     assert framework.place(facts(pod("p", gpus=1))).node == "b"
 
 
@@ -219,7 +219,7 @@ def test_a_full_source_is_parsed():
         url="https://prometheus.monitoring.svc:9090", query="DCGM_FI_DEV_GPU_UTIL", node_label="instance",
         node_pattern="(.*):9400", refresh_seconds=5.0, max_age_seconds=30.0, timeout_seconds=2.5, ca_file="/etc/ca.crt",
         cert_file="/c", key_file="/k", bearer_token_file="/t")
-    assert source is not None and source.mapping().node_of({"instance": "gpu-1:9400"}) == "gpu-1"
+    assert source is not None and source.mapping().node_of("gpu-1:9400") == "gpu-1"
 
 
 def test_the_defaults_ask_dcgm_exporter_by_hostname():
