@@ -2,7 +2,9 @@
 
 Thin I/O around certs.lifecycle: read the Secret, write it back only when the plan changes
 something (with its resourceVersion, so two concurrent runs cannot both win), and keep
-every webhook's `caBundle` equal to the certificates the plan trusts.
+every webhook's `caBundle` equal to the certificates the plan trusts. The Secret it writes is owned by
+that webhook configuration: uninstalling the configuration (`helm uninstall`, `kubectl delete -k`)
+takes the key pair with it, through the garbage collector.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def _ensure_once(api: client.ApiClient, *, secret: tuple[str, str], policy: life
                          "labels": {"app.kubernetes.io/managed-by": "gpu-scheduler-certs"}},
             "data": {key: base64.b64encode(value).decode() for key, value in plan.bundle.as_secret_data().items()},
         }
+        if webhook_config:
+            body["metadata"]["ownerReferences"] = [_owned_by(api, webhook_config)]
         if existing is None:
             core.create_namespaced_secret(namespace, body)
         else:
@@ -92,6 +96,15 @@ def _ensure_once(api: client.ApiClient, *, secret: tuple[str, str], policy: life
     if webhook_config and plan.action != "rotate-ca":
         updated = _update_ca_bundle(api, webhook_config, plan.bundle.trusted_pem)
     return plan, updated
+
+
+def _owned_by(api: client.ApiClient, webhook_config: str) -> dict[str, str]:
+    """An owner reference to the webhook configuration (no blockOwnerDeletion: that would need its delete
+    permission, and nothing waits for the Secret)."""
+    admission: Any = client.AdmissionregistrationV1Api(api)
+    configuration = admission.read_mutating_webhook_configuration(webhook_config)
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "name": webhook_config, "uid": configuration.metadata.uid}
 
 
 def _update_ca_bundle(api: client.ApiClient, name: str, trusted_pem: bytes) -> int:

@@ -10,7 +10,8 @@
 #
 #   hack/control-plane.sh build      build unless the cache already holds this exact set; also fetch the
 #                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test,
-#                                    and scheduler-plugins' coscheduling PodGroup CRD for the gang tests;
+#                                    scheduler-plugins' coscheduling PodGroup CRD for the gang tests, and the
+#                                    Prometheus Operator's ServiceMonitor and PrometheusRule CRDs for the chart's;
 #                                    then hack/prometheus.sh build and hack/helm.sh build (their progress and
 #                                    versions on stderr)
 #   hack/control-plane.sh path       print the bin directory
@@ -22,6 +23,8 @@
 #   GPU_SCHEDULER_ETCD_VERSION        go.etcd.io/etcd/server/v3 version (default v3.6.16)
 #   GPU_SCHEDULER_CERT_MANAGER_VERSION  github.com/cert-manager/cert-manager version for the CRDs (default v1.21.2)
 #   GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION  sigs.k8s.io/scheduler-plugins version for the PodGroup CRD (v0.34.7)
+#   GPU_SCHEDULER_PROMETHEUS_OPERATOR_VERSION  github.com/prometheus-operator/prometheus-operator version for the
+#                                    ServiceMonitor and PrometheusRule CRDs (default v0.85.0)
 #   GPU_SCHEDULER_GOTOOLCHAIN         toolchain to fetch when the machine's Go is too old (default go1.27.3)
 #   GPU_SCHEDULER_REBUILD=1           ignore the stamp and build again (Prometheus and Helm too)
 #   GPU_SCHEDULER_BUILD_HEARTBEAT     seconds between "still building" lines (default 30)
@@ -47,12 +50,14 @@ KUSTOMIZE_VERSION=v5.5.0
 ETCD_VERSION="${GPU_SCHEDULER_ETCD_VERSION:-v3.6.16}"
 CERT_MANAGER_VERSION="${GPU_SCHEDULER_CERT_MANAGER_VERSION:-v1.21.2}"
 SCHEDULER_PLUGINS_VERSION="${GPU_SCHEDULER_SCHEDULER_PLUGINS_VERSION:-v0.34.7}"
+PROMETHEUS_OPERATOR_VERSION="${GPU_SCHEDULER_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 OUT_DIR="${GPU_SCHEDULER_CONTROL_PLANE_DIR:-$HOME/.cache/gpu-scheduler/control-plane/$KUBE_VERSION}"
 BIN_DIR="$OUT_DIR/bin"
 WORK_DIR="$OUT_DIR/build"
 STAMP="$OUT_DIR/.stamp"
 CRD_DIR="$OUT_DIR/crds/cert-manager"
 COSCHEDULING_CRD_DIR="$OUT_DIR/crds/coscheduling"
+PROMETHEUS_OPERATOR_CRD_DIR="$OUT_DIR/crds/prometheus-operator"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl "kustomize-$KUSTOMIZE_VERSION")
 
 # "v1.36.3" -> major 1, minor 36, staging modules v0.36.3
@@ -179,42 +184,42 @@ build_root_command() {
         "$GO_BIN" build -p "$JOBS" -trimpath -ldflags "$ldflags" -o "$WORK_DIR/out/$binary" "$module"
 }
 
-# The cert-manager.io CRDs, so the apiserver validates the cert-manager overlay's Certificates and Issuers.
-fetch_cert_manager_crds() {
-    [[ "$(cat "$CRD_DIR/.version" 2>/dev/null)" != "$CERT_MANAGER_VERSION" ]] || return 0
+# CRDs as plain YAML from a project's Go module, into DIR (a .version stamp skips the download next time):
+#   fetch_crds WHAT MODULE VERSION DIR PATTERN...   (PATTERNs are globs relative to the module's root)
+fetch_crds() {
+    local what=$1 module=$2 version=$3 dir=$4
+    shift 4
+    [[ "$(cat "$dir/.version" 2>/dev/null)" != "$version" ]] || return 0
     step "find the Go toolchain"
     GO_BIN="$(find_go)" || fail "no go command found (set GO=/path/to/go)"
-    step "download github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION (its CRDs)"
-    GOFLAGS=-modcacherw download_module github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION"
-    compgen -G "$MODULE_DIR/deploy/crds/cert-manager.io_*.yaml" >/dev/null ||
-        fail "no deploy/crds/cert-manager.io_*.yaml in github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"
-    mkdir -p "$CRD_DIR"
-    cp "$MODULE_DIR"/deploy/crds/cert-manager.io_*.yaml "$CRD_DIR/"
-    chmod u+w "$CRD_DIR"/*.yaml
-    echo "$CERT_MANAGER_VERSION" >"$CRD_DIR/.version"
-    log "cert-manager $CERT_MANAGER_VERSION CRDs in $CRD_DIR"
-}
-
-# scheduler-plugins' coscheduling CRD (PodGroup, scheduling.x-k8s.io/v1alpha1), which Kubeflow's operators emit
-# groups for: the gang tests install it on the real apiserver.
-fetch_coscheduling_crd() {
-    [[ "$(cat "$COSCHEDULING_CRD_DIR/.version" 2>/dev/null)" != "$SCHEDULER_PLUGINS_VERSION" ]] || return 0
-    step "find the Go toolchain"
-    GO_BIN="$(find_go)" || fail "no go command found (set GO=/path/to/go)"
-    step "download sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION (its PodGroup CRD)"
-    GOFLAGS=-modcacherw download_module sigs.k8s.io/scheduler-plugins "$SCHEDULER_PLUGINS_VERSION"
-    [[ -f "$MODULE_DIR/manifests/coscheduling/crd.yaml" ]] ||
-        fail "no manifests/coscheduling/crd.yaml in sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION"
-    mkdir -p "$COSCHEDULING_CRD_DIR"
-    cp "$MODULE_DIR/manifests/coscheduling/crd.yaml" "$COSCHEDULING_CRD_DIR/crd.yaml"
-    chmod u+w "$COSCHEDULING_CRD_DIR/crd.yaml"
-    echo "$SCHEDULER_PLUGINS_VERSION" >"$COSCHEDULING_CRD_DIR/.version"
-    log "scheduler-plugins $SCHEDULER_PLUGINS_VERSION coscheduling CRD in $COSCHEDULING_CRD_DIR"
+    step "download $module@$version ($what)"
+    GOFLAGS=-modcacherw download_module "$module" "$version"
+    mkdir -p "$dir"
+    local pattern files
+    for pattern in "$@"; do
+        # shellcheck disable=SC2206 # the glob is meant to expand
+        files=($MODULE_DIR/$pattern)
+        [[ -f "${files[0]}" ]] || fail "no $pattern in $module@$version"
+        cp "${files[@]}" "$dir/"
+    done
+    chmod u+w "$dir"/*.yaml
+    echo "$version" >"$dir/.version"
+    log "$what from $module $version in $dir"
 }
 
 build_control_plane() {
-    fetch_cert_manager_crds
-    fetch_coscheduling_crd
+    # cert-manager.io's, so the apiserver validates the cert-manager overlay's Certificates and Issuers;
+    # scheduler-plugins' coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1), which Kubeflow's operators emit
+    # groups for, for the gang tests; the Prometheus Operator's ServiceMonitor and PrometheusRule, for the chart's
+    # monitoring objects
+    fetch_crds "the cert-manager CRDs" github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" "$CRD_DIR" \
+        "deploy/crds/cert-manager.io_*.yaml"
+    fetch_crds "the PodGroup CRD" sigs.k8s.io/scheduler-plugins "$SCHEDULER_PLUGINS_VERSION" "$COSCHEDULING_CRD_DIR" \
+        manifests/coscheduling/crd.yaml
+    fetch_crds "the ServiceMonitor and PrometheusRule CRDs" github.com/prometheus-operator/prometheus-operator \
+        "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_CRD_DIR" \
+        example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml \
+        example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml
     if already_built "control plane" "skipping the build"; then
         return 0
     fi

@@ -39,10 +39,12 @@ class Webhook:
     port: int
     certs: Path
     log: Path
+    check_hostname: bool = True  # False for a certificate issued to a Service's DNS names, not to 127.0.0.1
     context: ssl.SSLContext = field(init=False)
 
     def __post_init__(self) -> None:
         self.context = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+        self.context.check_hostname = self.check_hostname
 
     @property
     def url(self) -> str:
@@ -100,9 +102,12 @@ def start_webhook(
     env: dict[str, str] | None = None,
     extra_args: tuple[str, ...] = (),
     port: int | None = None,
+    host: str = "127.0.0.1",
+    check_hostname: bool = True,
 ) -> Webhook:
-    """Start `gpu-scheduler webhook` on `port` (default: a free loopback port); wait for /healthz
-    (and, when `ready`, until every worker has loaded a config)."""
+    """Start `gpu-scheduler webhook` on `host`:`port` (default: a free loopback port; a host other than 127.0.0.1
+    must also serve loopback, e.g. 0.0.0.0); wait for /healthz (and, when `ready`, until every worker has loaded a
+    config)."""
     fixed = port
     for _ in range(5):  # another process may take the port between our probe and gunicorn's bind
         port = fixed or free_port()
@@ -110,11 +115,11 @@ def start_webhook(
         process = subprocess.Popen(
             [sys.executable, "-m", "gpu_scheduler", "webhook", *source_args,
              "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-             "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), *extra_args],
+             "--host", host, "--port", str(port), "--workers", str(workers), *extra_args],
             stdout=log.open("wb"), stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
-        server = Webhook(process, port, certs, log)
+        server = Webhook(process, port, certs, log, check_hostname)
         if _wait_serving(server, ready, workers):
             return server
         server.stop()

@@ -74,16 +74,16 @@ def _environment(kubeconfig: Path | str | None) -> dict[str, str]:
 
 
 def helm(*args: str | Path, kubeconfig: Path | str | None = None, namespace: str | None = None, check: bool = True,
-         timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run `helm ARGS` (with `--namespace NAMESPACE` when given); returns what it printed and its exit code.
-    With `check`, a non-zero exit raises HelmError."""
+         timeout: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `helm ARGS` (with `--namespace NAMESPACE` when given, `stdin` on its standard input, e.g. for
+    `--values -`); returns what it printed and its exit code. With `check`, a non-zero exit raises HelmError."""
     bin_dir = find_binaries()
     if bin_dir is None:
         raise FileNotFoundError(f"helm not found in {default_dir() / 'bin'}: {MISSING}")
     command = [str(bin_dir / "helm"), *(str(arg) for arg in args)]
     if namespace is not None:
         command += ["--namespace", namespace]
-    result = subprocess.run(command, env=_environment(kubeconfig), capture_output=True, text=True,
+    result = subprocess.run(command, env=_environment(kubeconfig), input=stdin, capture_output=True, text=True,
                             timeout=timeout, check=False)
     if check and result.returncode != 0:
         raise HelmError(result)

@@ -45,6 +45,10 @@ webhooks:
     assert ensure(plane, *args).startswith(f"{namespace}/wh-tls: create")
     secret = core.read_namespaced_secret("wh-tls", namespace)
     assert secret.type == "kubernetes.io/tls" and {"ca.crt", "ca.key", "tls.crt", "tls.key"} <= set(secret.data)
+    [owner] = secret.metadata.owner_references  # uninstalling the webhook configuration takes the key pair along
+    assert (owner.kind, owner.name, owner.uid) == (
+        "MutatingWebhookConfiguration", config_name,
+        admission.read_mutating_webhook_configuration(config_name).metadata.uid)
 
     def bundle() -> str:
         value = admission.read_mutating_webhook_configuration(config_name).webhooks[0].client_config.ca_bundle

@@ -78,6 +78,11 @@ def fake_toolchain(tmp_path):
     coscheduling = modules / "sigs.k8s.io" / "scheduler-plugins" / "manifests" / "coscheduling"
     coscheduling.mkdir(parents=True)
     (coscheduling / "crd.yaml").write_text("kind: CustomResourceDefinition\n")
+    monitoring = modules / "github.com" / "prometheus-operator" / "prometheus-operator" / "example" / \
+        "prometheus-operator-crd"
+    monitoring.mkdir(parents=True)
+    for kind in ("servicemonitors", "prometheusrules"):
+        (monitoring / f"monitoring.coreos.com_{kind}.yaml").write_text("kind: CustomResourceDefinition\n")
     kustomize = modules / "sigs.k8s.io" / "kustomize" / "kustomize" / "v5"
     kustomize.mkdir(parents=True)
     (kustomize / "go.mod").write_text("module sigs.k8s.io/kustomize/kustomize/v5\n\ngo 1.22.7\n")
