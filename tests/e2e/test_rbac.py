@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.installing import EXTENDER_ACCOUNT, EXTENDER_OVERLAY, SERVICE_ACCOUNT, apply_rbac
+from tests.e2e.installing import EXTENDER_ACCOUNT, EXTENDER_OVERLAY, SERVICE_ACCOUNT, apply_rbac, kubectl
 
 WEBHOOK = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler-webhook"
 SCHEDULER = "system:serviceaccount:gpu-scheduler-system:gpu-scheduler"
@@ -22,6 +22,9 @@ EXTENDER = f"system:serviceaccount:gpu-scheduler-system:{EXTENDER_ACCOUNT}"
 
 @pytest.fixture(scope="module")
 def rbac(plane: Any, installed_webhook: Any, scheduler_kubeconfig: Any) -> Any:
+    # `kubectl auth can-i` knows podgroups.scheduling.x-k8s.io only while the API serves it: the CRD, as in test_gangs
+    kubectl(plane, "apply", "--server-side", "-f", str(plane.bin_dir.parent / "crds" / "coscheduling"))
+    kubectl(plane, "wait", "--for=condition=Established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
     apply_rbac(plane, SERVICE_ACCOUNT)
     apply_rbac(plane, EXTENDER_ACCOUNT, EXTENDER_OVERLAY)
     return plane
