@@ -4,16 +4,16 @@
 # machine's Go toolchain, and kustomize-v5.5.0, the kustomize that kubectl v1.32 embeds (the
 # tests build every kustomization under manifests/ with both). Nothing is downloaded as a
 # prebuilt binary and nothing lands in the repository: the generated build modules and the
-# binaries live in a cache directory. At its end `build` runs hack/prometheus.sh build and hack/helm.sh build, so the
-# same command gives the monitoring tests their Prometheus and promtool and the chart's tests their helm (built, or
-# found built, likewise; see there).
+# binaries live in a cache directory. At its end `build` runs hack/prometheus.sh build, hack/helm.sh build and
+# hack/kube-score.sh build, so the same command gives the monitoring tests their Prometheus and promtool and the
+# chart's tests their helm and kube-score (built, or found built, likewise; see there).
 #
 #   hack/control-plane.sh build      build unless the cache already holds this exact set; also fetch the
 #                                    cert-manager CRDs (plain YAML from its Go module) for the overlay's test,
 #                                    scheduler-plugins' coscheduling PodGroup CRD for the gang tests, and the
 #                                    Prometheus Operator's ServiceMonitor and PrometheusRule CRDs for the chart's;
-#                                    then hack/prometheus.sh build and hack/helm.sh build (their progress and
-#                                    versions on stderr)
+#                                    then hack/prometheus.sh, hack/helm.sh and hack/kube-score.sh build (their
+#                                    progress and versions on stderr)
 #   hack/control-plane.sh path       print the bin directory
 #   hack/control-plane.sh versions   print each binary's version
 #
@@ -31,6 +31,7 @@
 #   GO                                the go command (default: go on PATH, else /usr/local/go/bin/go)
 #   and hack/prometheus.sh's: GPU_SCHEDULER_PROMETHEUS_DIR, GPU_SCHEDULER_PROMETHEUS_VERSION
 #   and hack/helm.sh's: GPU_SCHEDULER_HELM_DIR, GPU_SCHEDULER_HELM_VERSION
+#   and hack/kube-score.sh's: GPU_SCHEDULER_KUBE_SCORE_DIR, GPU_SCHEDULER_KUBE_SCORE_VERSION
 #
 # A cold build needs Go >= 1.26 and the Go module proxy, and takes 8-12 minutes on 2 cores (measured
 # 8.5 and 11.5 before kube-controller-manager was added, which took 50 s more once the others' packages were
@@ -38,8 +39,8 @@
 # it leaves about 3.9 GB in the Go caches (1 GB modules, 2.9 GB build cache: `go env GOMODCACHE GOCACHE`)
 # and 360 MB of binaries in the output dir. Prometheus then adds about 3.5 minutes (under 3 once the control plane's
 # modules are fetched), 2.3 GB in the Go caches and 100 MB of binaries in its own cache dir; Helm under 3 minutes
-# (2m36s after both: it shares little with them), 1.4 GB in the Go caches and a 64 MB binary in its own. A warm run
-# (the three caches hold their exact sets) takes under a second.
+# (2m36s after both: it shares little with them), 1.4 GB in the Go caches and a 64 MB binary in its own; kube-score
+# about 25 s and a 16 MB binary. A warm run (the four caches hold their exact sets) takes under a second.
 set -Eeuo pipefail
 
 KUBE_VERSION="${GPU_SCHEDULER_KUBERNETES_VERSION:-v1.36.3}"
@@ -253,10 +254,17 @@ build_helm() {
     bash "$HACK_DIR/helm.sh" build >&2
 }
 
+# kube-score for the chart's best-practice check, likewise.
+build_kube_score() {
+    step "kube-score: hack/kube-score.sh build"
+    bash "$HACK_DIR/kube-score.sh" build >&2
+}
+
 cmd_build() {
     build_control_plane
     build_prometheus
     build_helm
+    build_kube_score
 }
 
 case "${1:-}" in

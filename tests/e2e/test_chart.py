@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.e2e import chart, helm
+from tests.e2e import chart, helm, kubescore
 from tests.e2e.installing import NAMESPACE
 
 K8S_VERSION = "1.36.0"
@@ -142,7 +142,9 @@ REFUSED = [
     ({"webhook": {"namespaces": ["Research"]}}, "at '/webhook/namespaces/0': 'Research' does not match pattern"),
     ({"webhook": {"namespaces": ["kube-system"]}}, 'webhook.namespaces: "kube-system" is never mutated'),
     ({"webhook": {"namespaces": [NAMESPACE]}}, f'webhook.namespaces: "{NAMESPACE}" is never mutated'),
-    ({"webhook": {"replicas": 1}}, "webhook.podDisruptionBudget.minAvailable (1) must be below webhook.replicas (1)"),
+    ({"webhook": {"replicas": 1}}, "webhook.podDisruptionBudget.minAvailable (1) must be below the replicas (1)"),
+    ({"scheduler": {"podDisruptionBudget": {"minAvailable": 2}}},
+     "scheduler.podDisruptionBudget.minAvailable (2) must be below the replicas (2)"),
     ({"certificates": {"source": "vault"}}, "at '/certificates/source': value must be one of"),
     ({"certificates": {"renewEvery": "12 hours"}}, "at '/certificates/renewEvery': '12 hours' does not match"),
     ({"image": {"digest": "latest"}}, "at '/image/digest': 'latest' does not match pattern"),
@@ -170,3 +172,35 @@ def test_the_packaged_chart_carries_the_linked_monitoring_files(tmp_path):
     args = [a for s in MONITORING for a in ("--set", s)]
     packaged = helm.helm("template", chart.RELEASE, package, *args, namespace=NAMESPACE).stdout
     assert [d for d in yaml.safe_load_all(packaged) if d] == chart.render(*MONITORING)
+
+
+# kube-score's checks we answer by design, not by changing the chart (docs/install.md lists them too).
+IGNORED = {
+    "container-image-pull-policy": "IfNotPresent: the image is a version tag or a digest (image.digest); "
+                                   "image.pullPolicy=Always for tags that move",
+    "container-ephemeral-storage-request-and-limit": "nothing is written to the node's disk: read-only root "
+                                                     "filesystem, /tmp in memory",
+    "pod-probes": "the scheduler's Service serves metrics only, a standby's as the leader's: there is no traffic "
+                  "for a readiness probe to hold back (the webhook and the extender have one)",
+}
+# Warnings (kube-score exits 0 on them) we accept, each for the objects it names.
+ACCEPTED_WARNINGS = {
+    "deployment-has-host-podantiaffinity": "spread by topologySpreadConstraints over kubernetes.io/hostname, "
+                                           "which kube-score does not read",
+    "pod-networkpolicy": "ingress is limited to each serving port; egress stays open, as the apiserver's and "
+                         "Prometheus' addresses are the cluster's",
+    "deployment-replicas": "the extender runs one replica, its model is what keeps two pods off one GPU",
+    "deployment-strategy": "the extender's Recreate: never two models at once",
+}
+
+
+@pytest.mark.parametrize("settings", [(), ("mode=extender",)], ids=["standalone", "extender"])
+def test_kube_score_finds_nothing_critical_and_only_the_warnings_we_accept(settings):
+    """kube-score's best-practice checks (no CPU limits by choice: kube-score's own --ignore-container-cpu-limit,
+    as CPU limits throttle the webhook on the admission path)."""
+    flags = ["--kubernetes-version", "v1.36", "--ignore-container-cpu-limit",
+             *(f for check in IGNORED for f in ("--ignore-test", check))]
+    status, found = kubescore.findings(chart.render(*settings), *flags)
+    assert [f for f in found if f[2] != kubescore.WARNING] == []
+    assert {f[1] for f in found} <= ACCEPTED_WARNINGS.keys(), found
+    assert status == 0

@@ -39,7 +39,11 @@ build)
     done
     out="$2"
     [[ "$out" != */kube-apiserver ]] || sleep "$FAKE_APISERVER_SECONDS"
-    if [[ "$out" == */helm ]]; then
+    if [[ "$out" == */kube-score ]]; then
+        version="$(grep -o 'main.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)" || true
+        printf '#!/usr/bin/env bash\necho "kube-score version: %s, commit: N/A, built: N/A"\n' "$version" >"$out"
+        chmod +x "$out"
+    elif [[ "$out" == */helm ]]; then
         version="$(grep -o 'helm.sh/helm/v4/internal/version.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)" || true
         cat >"$out" <<FAKE
 #!/usr/bin/env bash
@@ -98,6 +102,9 @@ def fake_toolchain(tmp_path):
     (helm / "go.mod").write_text("module helm.sh/helm/v4\n\ngo 1.26.0\n")
     (helm / "internal" / "version" / "version.go").write_text(
         'package version\n\nvar (\n\tversion = "v4.3"\n\tmetadata = ""\n\tgitCommit = ""\n\tgitTreeState = ""\n)\n')
+    kube_score = modules / "github.com" / "zegl" / "kube-score"
+    (kube_score / "cmd" / "kube-score").mkdir(parents=True)
+    (kube_score / "go.mod").write_text("module github.com/zegl/kube-score\n\ngo 1.23.0\n")
     env = {
         **os.environ,
         "GO": str(_executable(tmp_path / "go", FAKE_GO)),
@@ -108,6 +115,7 @@ def fake_toolchain(tmp_path):
         "GPU_SCHEDULER_CONTROL_PLANE_DIR": str(tmp_path / "cache"),
         "GPU_SCHEDULER_PROMETHEUS_DIR": str(tmp_path / "prometheus"),
         "GPU_SCHEDULER_HELM_DIR": str(tmp_path / "helm"),
+        "GPU_SCHEDULER_KUBE_SCORE_DIR": str(tmp_path / "kube-score"),
     }
     return env
 
@@ -131,6 +139,8 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     assert "promtool:   promtool version v1.36.3 (fake)" in result.stderr
     assert "build 1/1: helm (helm.sh/helm/v4/cmd/helm@v4.3.2)" in result.stderr
     assert 'helm: version.BuildInfo{Version:"v4.3.2", GitCommit:"", GitTreeState:"clean"' in result.stderr
+    assert "build 1/1: kube-score (github.com/zegl/kube-score/cmd/kube-score@v1.20.0)" in result.stderr
+    assert "kube-score: kube-score version: 1.20.0, commit: N/A, built: N/A" in result.stderr
 
 
 def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):

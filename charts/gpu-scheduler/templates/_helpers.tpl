@@ -39,6 +39,7 @@ imagePullPolicy: {{ . }}
 securityContext:
   runAsNonRoot: true
   runAsUser: 65532
+  runAsGroup: 65532
   seccompProfile: {type: RuntimeDefault}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
@@ -120,4 +121,49 @@ extenders:
     enableHTTPS: false
     httpTimeout: 5s
     ignorable: false
+{{- end }}
+
+{{/* A PodDisruptionBudget keeping minAvailable replicas of a component through drains. Arguments: root, name (the
+component's app.kubernetes.io/name), replicas, budget ({enabled, minAvailable}), path (of the budget in values). */}}
+{{- define "gpu-scheduler.podDisruptionBudget" -}}
+{{- if .budget.enabled }}
+{{- if ge (int .budget.minAvailable) (int .replicas) }}
+{{- fail (printf "%s.minAvailable (%d) must be below the replicas (%d), or no node running a replica can ever be drained; raise the replicas or set %s.enabled=false" .path (int .budget.minAvailable) (int .replicas) .path) }}
+{{- end }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "gpu-scheduler.labels" .root | nindent 4 }}
+spec:
+  minAvailable: {{ .budget.minAvailable }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+{{- end }}
+{{- end }}
+
+{{/* A NetworkPolicy letting ingress reach a component's serving port only, so it keeps working in namespaces that
+deny ingress by default; egress stays open (the apiserver's and Prometheus' addresses are the cluster's). Arguments:
+root, name, port. */}}
+{{- define "gpu-scheduler.networkPolicy" -}}
+{{- if .root.Values.networkPolicy.enabled }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "gpu-scheduler.labels" .root | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+  policyTypes: [Ingress]
+  ingress:
+    - ports:
+        - {protocol: TCP, port: {{ .port }}}
+{{- end }}
 {{- end }}
