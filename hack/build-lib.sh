@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by hack/control-plane.sh, hack/prometheus.sh and hack/helm.sh: what they need to build commands from Go modules with
-# this machine's Go and to say, while they do, which step is running and for how long.
+# Sourced by hack/control-plane.sh, hack/prometheus.sh, hack/helm.sh and hack/kube-score.sh: what they need to build
+# commands from Go modules with this machine's Go and to say, while they do, which step is running and for how long.
 #
 # The caller sets `set -Eeuo pipefail` and `trap on_error ERR`, GO_BIN (from find_go) before download_module or
 # ensure_toolchain, and WORK_DIR (download_module's scratch file goes there). Messages name the calling script.

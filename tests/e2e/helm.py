@@ -28,14 +28,18 @@ MISSING = (
 )
 
 
-class HelmError(RuntimeError):
-    """helm exited non-zero; the message carries the command, its exit code, stdout and stderr."""
+class CommandError(RuntimeError):
+    """A built command's run that failed; the message carries the command, its exit code, stdout and stderr."""
 
     def __init__(self, result: subprocess.CompletedProcess[str]) -> None:
         self.result = result
         command = " ".join(str(arg) for arg in result.args)
         super().__init__(f"{command}\nexit code {result.returncode}\n"
                          f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}")
+
+
+class HelmError(CommandError):
+    """helm exited non-zero."""
 
 
 def default_dir() -> Path:

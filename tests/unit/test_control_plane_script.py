@@ -3,10 +3,12 @@
 The stand-in answers the few go commands the script uses: `mod download -json` points at small
 module trees made here, and `build` writes a fake binary after a pause, long enough for the
 script's "still building" heartbeat to show. The fake helm prints the version that the build's
--ldflags gave Helm's internal/version package, as the real one would.
+-ldflags gave Helm's internal/version package, the fake kube-score the version and date they gave its main
+package's variables (those its cmd_version.go declares: -X ignores the others), as the real ones would.
 """
 
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -40,8 +42,12 @@ build)
     out="$2"
     [[ "$out" != */kube-apiserver ]] || sleep "$FAKE_APISERVER_SECONDS"
     if [[ "$out" == */kube-score ]]; then
-        version="$(grep -o 'main.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)" || true
-        printf '#!/usr/bin/env bash\necho "kube-score version: %s, commit: N/A, built: N/A"\n' "$version" >"$out"
+        declared="$(cat "$FAKE_MODULES/github.com/zegl/kube-score/cmd/kube-score/cmd_version.go" 2>/dev/null)" || true
+        version=development date=N/A
+        [[ "$declared" != *"var version"* ]] || version="$(grep -o 'main.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)"
+        [[ "$declared" != *"var date"* ]] || date="$(grep -o 'main.date=[^ ]*' <<<"$ldflags" | cut -d= -f2)"
+        printf '#!/usr/bin/env bash\necho "kube-score version: %s, commit: N/A, built: %s"\n' "$version" "$date" \
+            >"$out"
         chmod +x "$out"
     elif [[ "$out" == */helm ]]; then
         version="$(grep -o 'helm.sh/helm/v4/internal/version.version=[^ ]*' <<<"$ldflags" | cut -d= -f2)" || true
@@ -105,6 +111,8 @@ def fake_toolchain(tmp_path):
     kube_score = modules / "github.com" / "zegl" / "kube-score"
     (kube_score / "cmd" / "kube-score").mkdir(parents=True)
     (kube_score / "go.mod").write_text("module github.com/zegl/kube-score\n\ngo 1.23.0\n")
+    (kube_score / "cmd" / "kube-score" / "cmd_version.go").write_text(
+        'package main\n\nvar version = "development"\nvar commit = "N/A"\nvar date = "N/A"\n')
     env = {
         **os.environ,
         "GO": str(_executable(tmp_path / "go", FAKE_GO)),
@@ -140,7 +148,8 @@ def test_a_cold_build_names_each_binary_shows_it_is_alive_and_totals(fake_toolch
     assert "build 1/1: helm (helm.sh/helm/v4/cmd/helm@v4.3.2)" in result.stderr
     assert 'helm: version.BuildInfo{Version:"v4.3.2", GitCommit:"", GitTreeState:"clean"' in result.stderr
     assert "build 1/1: kube-score (github.com/zegl/kube-score/cmd/kube-score@v1.20.0)" in result.stderr
-    assert "kube-score: kube-score version: 1.20.0, commit: N/A, built: N/A" in result.stderr
+    assert re.search(r"kube-score: kube-score version: 1\.20\.0, commit: N/A, built: \d{4}-\d\d-\d\dT[\d:]{8}Z\n",
+                     result.stderr)
 
 
 def test_a_warm_run_and_versions_never_report_a_false_failure(fake_toolchain):
@@ -192,3 +201,40 @@ def test_helm_without_the_version_package_fails_instead_of_building_a_helm_that_
     assert result.returncode == 1
     assert "no internal/version or pkg/version with gitTreeState in helm.sh/helm/v4@v4.3.2" in result.stderr
     assert not (Path(fake_toolchain["GPU_SCHEDULER_HELM_DIR"]) / "bin" / "helm").exists()
+
+
+def _kube_score(env, *args):
+    return subprocess.run(["bash", str(SCRIPT.parent / "kube-score.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_kube_score_is_built_once_and_again_for_another_version(fake_toolchain):
+    """The stamp names the version, which goes to the binary as goreleaser's main.version (the tag without its v)."""
+    out_dir = Path(fake_toolchain["GPU_SCHEDULER_KUBE_SCORE_DIR"])
+    cold = _kube_score(fake_toolchain, "build")
+    assert cold.returncode == 0, cold.stderr
+    assert re.fullmatch(r"kube-score: kube-score version: 1\.20\.0, commit: N/A, built: \S+Z\n", cold.stdout)
+    assert _kube_score(fake_toolchain, "path").stdout == f"{out_dir / 'bin'}\n"
+
+    warm = _kube_score(fake_toolchain, "build")
+    assert warm.returncode == 0, warm.stderr
+    assert "kube-score already built in" in warm.stderr and "go build" not in warm.stderr
+    assert warm.stdout == cold.stdout
+
+    other = _kube_score({**fake_toolchain, "GPU_SCHEDULER_KUBE_SCORE_VERSION": "v1.19.0"}, "build")
+    assert other.returncode == 0, other.stderr
+    assert "build 1/1: kube-score (github.com/zegl/kube-score/cmd/kube-score@v1.19.0)" in other.stderr
+    assert other.stdout.startswith("kube-score: kube-score version: 1.19.0, ")
+    assert (out_dir / ".stamp").read_text() == "kube-score=v1.19.0 binaries=kube-score\n"
+
+
+def test_kube_score_whose_version_variables_moved_fails_instead_of_installing_a_development_build(fake_toolchain):
+    """-X on a variable that does not exist is silently ignored: the check after the build stops it."""
+    kube_score_module = Path(fake_toolchain["FAKE_MODULES"]) / "github.com" / "zegl" / "kube-score"
+    (kube_score_module / "cmd" / "kube-score" / "cmd_version.go").unlink()
+    result = _kube_score(fake_toolchain, "build")
+    assert result.returncode == 1
+    assert 'FAILED in step "check that the built kube-score names its release"' in result.stderr
+    assert "kube-score version says 'kube-score version: development, commit: N/A, built: N/A', not " \
+           "'kube-score version: 1.20.0, commit: N/A, built: " in result.stderr
+    assert not (Path(fake_toolchain["GPU_SCHEDULER_KUBE_SCORE_DIR"]) / "bin" / "kube-score").exists()
