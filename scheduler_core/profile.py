@@ -22,6 +22,7 @@ INITIAL_COST_ANNOTATION = "gpu-scheduler.io/initial-deletion-cost"
 # Score plugins of scheduler_core and their default weights (scheduling.weights overrides).
 SCORE_PLUGINS: dict[str, int] = {
     "gpu-placement": 1,  # binpack / spread across nodes and GPU devices
+    "zone-balance": 4,  # spread GPU use across zones, so zone-constrained groups find room (packing within one)
     "node-resources": 1,  # cpu and memory, following nodePolicy
     "balanced-allocation": 1,  # upstream's NodeResourcesBalancedAllocation: cpu and memory used alike
     "image-locality": 1,  # upstream's ImageLocality: nodes that hold the pod's images already

@@ -238,7 +238,7 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
         ("scheduling: {weights: {gpu-placement: -1}}",
          ["scheduling.weights.gpu-placement: must be an integer >= 0, got -1"]),
         ("scheduling: {weights: {gpu: 1}}",
-         ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, node-resources, "
+         ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, zone-balance, node-resources, "
           "balanced-allocation, image-locality, gpu-utilization, spot, locality, node-affinity, taint-toleration, "
           "inter-pod-affinity, pod-topology-spread, dynamic-resources, dra-devices, dra-demand, random, bestfit, "
           "dotproduct, gpupacking, fgd, gpu-fragmentation"]),

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from scheduler_core import volumes, watched
+from scheduler_core import profile, volumes, watched
 from tests.commands import gpu_scheduler
 from tests.unit.builders import facts, node, pod, scheduler
 
@@ -55,8 +55,10 @@ def with_storage(framework: Any, *objects: dict[str, Any]) -> Any:
 
 
 def test_a_chosen_volume_is_taken_at_once_so_the_next_claim_gets_another():
-    framework = with_storage(scheduler(node("a", zone="zone-a"), node("b", zone="zone-b")), WFFC,
-                             claim("one"), claim("two"), volume("pv-a", zone="zone-a"))
+    # without zone-balance, which would send the second pod to the idler zone-b whatever the volumes
+    unbalanced = profile.Scheduling(weights=(("zone-balance", 0),))
+    framework = with_storage(scheduler(node("a", zone="zone-a"), node("b", zone="zone-b"), scheduling=unbalanced),
+                             WFFC, claim("one"), claim("two"), volume("pv-a", zone="zone-a"))
     first = framework.place(facts(user("first", "one")))
     assert (first.node, first.volume_plan.bindings) == ("a", ((("ns", "one"), "pv-a"),))
     framework.cluster.storage.assume(first.volume_plan)
