@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,49 @@ def required(bin_dir: Path | None, what: str, missing: str) -> Path:
             pytest.fail(f"CI=true and the {what} cannot run: {missing}")
         pytest.skip(missing)
     return bin_dir
+
+
+@dataclass(frozen=True)
+class CachedTool:
+    """Binaries a hack/ build script puts in a cache directory of their own (helm, kube-score, Prometheus):
+    `$variable`, else ~/.cache/gpu-scheduler/<kind>/<version>; `names` must all be there; `what` the tests that need
+    them, `missing` how to build them."""
+
+    variable: str
+    kind: str
+    version: str
+    names: tuple[str, ...]
+    what: str
+    missing: str
+
+    @property
+    def dir(self) -> Path:
+        return cache_dir(self.variable, self.kind, self.version)
+
+    def find(self) -> Path | None:
+        """The bin directory if every binary is there, else None (tests skip)."""
+        return binaries_in(self.dir, self.names)
+
+    def require(self) -> Path:
+        """The bin directory; without it skip, but under CI=true fail (`required`)."""
+        return required(self.find(), self.what, self.missing)
+
+    def bin_dir(self, given: Path | None = None) -> Path:
+        """`given`, else the bin directory; FileNotFoundError saying how to build it when it is not there."""
+        found = given or self.find()
+        if found is None:
+            raise FileNotFoundError(f"{self.kind} not found in {self.dir / 'bin'}: {self.missing}")
+        return found
+
+
+class CommandError(RuntimeError):
+    """A built command's run that failed; the message carries the command, its exit code, stdout and stderr."""
+
+    def __init__(self, result: subprocess.CompletedProcess[str]) -> None:
+        self.result = result
+        command = " ".join(str(arg) for arg in result.args)
+        super().__init__(f"{command}\nexit code {result.returncode}\n"
+                         f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}")
 
 
 def default_dir() -> Path:

@@ -28,33 +28,14 @@ MISSING = (
 )
 
 
-class CommandError(RuntimeError):
-    """A built command's run that failed; the message carries the command, its exit code, stdout and stderr."""
-
-    def __init__(self, result: subprocess.CompletedProcess[str]) -> None:
-        self.result = result
-        command = " ".join(str(arg) for arg in result.args)
-        super().__init__(f"{command}\nexit code {result.returncode}\n"
-                         f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}")
+TOOL = cp.CachedTool("GPU_SCHEDULER_HELM_DIR", "helm", HELM_VERSION, BINARIES,
+                    "Helm tests", MISSING)  # CI must prove the chart with real Helm
+find_binaries = TOOL.find
+require_binaries = TOOL.require
 
 
-class HelmError(CommandError):
+class HelmError(cp.CommandError):
     """helm exited non-zero."""
-
-
-def default_dir() -> Path:
-    """Where `hack/helm.sh build` puts the binary (same env variable, same default)."""
-    return cp.cache_dir("GPU_SCHEDULER_HELM_DIR", "helm", HELM_VERSION)
-
-
-def find_binaries() -> Path | None:
-    """The bin directory if helm is there, else None (tests skip)."""
-    return cp.binaries_in(default_dir(), BINARIES)
-
-
-def require_binaries() -> Path:
-    """The bin directory; without it skip, but under CI=true fail: CI must prove the chart with real Helm."""
-    return cp.required(find_binaries(), "Helm tests", MISSING)
 
 
 @functools.cache
@@ -81,10 +62,7 @@ def helm(*args: str | Path, kubeconfig: Path | str | None = None, namespace: str
          timeout: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run `helm ARGS` (with `--namespace NAMESPACE` when given, `stdin` on its standard input, e.g. for
     `--values -`); returns what it printed and its exit code. With `check`, a non-zero exit raises HelmError."""
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        raise FileNotFoundError(f"helm not found in {default_dir() / 'bin'}: {MISSING}")
-    command = [str(bin_dir / "helm"), *(str(arg) for arg in args)]
+    command = [str(TOOL.bin_dir() / "helm"), *(str(arg) for arg in args)]
     if namespace is not None:
         command += ["--namespace", namespace]
     result = subprocess.run(command, env=_environment(kubeconfig), input=stdin, capture_output=True, text=True,

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e import controlplane as cp, helm
+from tests.e2e import controlplane as cp
 
 KUBE_SCORE_VERSION = "v1.20.0"  # github.com/zegl/kube-score's module version, the release hack/kube-score.sh builds
 BINARIES = ("kube-score",)
@@ -27,23 +27,14 @@ EXIT_CRITICAL = 1  # `score`'s exit code when a check is CRITICAL
 FAILED = "Failed to "  # how kube-score's own failures start on stderr (exit code 1, like EXIT_CRITICAL)
 
 
-class KubeScoreError(helm.CommandError):
+TOOL = cp.CachedTool("GPU_SCHEDULER_KUBE_SCORE_DIR", "kube-score", KUBE_SCORE_VERSION, BINARIES,
+                    "kube-score check", MISSING)
+find_binaries = TOOL.find
+require_binaries = TOOL.require
+
+
+class KubeScoreError(cp.CommandError):
     """kube-score exited with a code the caller did not expect, or failed."""
-
-
-def default_dir() -> Path:
-    """Where `hack/kube-score.sh build` puts the binary (same env variable, same default)."""
-    return cp.cache_dir("GPU_SCHEDULER_KUBE_SCORE_DIR", "kube-score", KUBE_SCORE_VERSION)
-
-
-def find_binaries() -> Path | None:
-    """The bin directory if kube-score is there, else None (tests skip)."""
-    return cp.binaries_in(default_dir(), BINARIES)
-
-
-def require_binaries() -> Path:
-    """The bin directory; without it skip, but under CI=true fail."""
-    return cp.required(find_binaries(), "kube-score check", MISSING)
 
 
 def kube_score(*args: str | Path, stdin: str | None = None, check: bool = True, timeout: float = 60.0,
@@ -51,10 +42,7 @@ def kube_score(*args: str | Path, stdin: str | None = None, check: bool = True, 
     """Run `kube-score ARGS` (`stdin` on its standard input, for the file `-`); returns what it printed and its exit
     code. With `check`, an exit code not in `exit_codes` raises KubeScoreError, and so does kube-score's own failure
     whatever its code: pass (0, EXIT_CRITICAL) to `score` objects that may fail a check."""
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        raise FileNotFoundError(f"kube-score not found in {default_dir() / 'bin'}: {MISSING}")
-    result = subprocess.run([str(bin_dir / "kube-score"), *(str(arg) for arg in args)], input=stdin,
+    result = subprocess.run([str(TOOL.bin_dir() / "kube-score"), *(str(arg) for arg in args)], input=stdin,
                             capture_output=True, text=True, timeout=timeout, check=False)
     if check and (result.returncode not in exit_codes or result.stderr.startswith(FAILED)):
         raise KubeScoreError(result)

@@ -40,27 +40,15 @@ MISSING = (
 Sample = tuple[dict[str, str], float]  # a series' labels and its value
 
 
-def default_dir() -> Path:
-    """Where `hack/prometheus.sh build` puts the binaries (same env variable, same default)."""
-    return cp.cache_dir("GPU_SCHEDULER_PROMETHEUS_DIR", "prometheus", PROMETHEUS_VERSION)
-
-
-def find_binaries() -> Path | None:
-    """The bin directory if prometheus and promtool are both there, else None (tests skip)."""
-    return cp.binaries_in(default_dir(), BINARIES)
-
-
-def require_binaries() -> Path:
-    """The bin directory; without it skip, but under CI=true fail: CI must run the monitoring tests."""
-    return cp.required(find_binaries(), "Prometheus tests", MISSING)
+TOOL = cp.CachedTool("GPU_SCHEDULER_PROMETHEUS_DIR", "prometheus", PROMETHEUS_VERSION, BINARIES,
+                    "Prometheus tests", MISSING)  # CI must run the monitoring tests
+find_binaries = TOOL.find
+require_binaries = TOOL.require
 
 
 def promtool_check_rules(path: Path | str, *, bin_dir: Path | None = None) -> tuple[int, str]:
     """`promtool check rules PATH`: its exit code and what it printed (stdout, then stderr)."""
-    found = bin_dir or find_binaries()
-    if found is None:
-        raise FileNotFoundError(f"promtool not found in {default_dir() / 'bin'}: {MISSING}")
-    result = subprocess.run([str(found / "promtool"), "check", "rules", str(path)],
+    result = subprocess.run([str(TOOL.bin_dir(bin_dir) / "promtool"), "check", "rules", str(path)],
                             capture_output=True, text=True, timeout=60)
     return result.returncode, result.stdout + result.stderr
 
@@ -97,10 +85,7 @@ class Prometheus:
     def __init__(self, bin_dir: Path | None = None, *, jobs: Iterable[Job] = JOBS,
                  rule_files: Sequence[Path | str] = (), start_timeout: float = 60.0, scrape_interval: str = "1s",
                  scrape_timeout: str = "1s") -> None:
-        found = bin_dir or find_binaries()
-        if found is None:
-            raise FileNotFoundError(f"Prometheus binaries not found in {default_dir() / 'bin'}: {MISSING}")
-        self.bin_dir = found
+        self.bin_dir = TOOL.bin_dir(bin_dir)
         self.rule_files = [str(Path(path).resolve()) for path in rule_files]
         self.start_timeout = start_timeout
         self.scrape = {"scrape_interval": scrape_interval, "scrape_timeout": scrape_timeout}  # benchmarks: slower

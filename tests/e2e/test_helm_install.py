@@ -88,11 +88,8 @@ def installed_objects(plane: cp.ControlPlane, release: str, namespace: str) -> l
 
 def existing(plane: cp.ControlPlane, documents: list[dict[str, Any]]) -> list[str]:
     """Which of `documents` the apiserver holds, as kind/name."""
-    out = subprocess.run([str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.kubeconfig), "get",
-                          "--ignore-not-found", "-o", "name", "-f", "-"], input=yaml.safe_dump_all(documents),
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
+    return kubectl(plane, "get", "--ignore-not-found", "-o", "name", "-f", "-",
+                   stdin=yaml.safe_dump_all(documents)).split()
 
 
 class PlayedPod:
@@ -256,7 +253,7 @@ def test_upgrade_changes_rules_and_replicas_without_a_failed_admission(plane, re
     assert hook.webhooks[0].client_config.ca_bundle and hook.webhooks[0].failure_policy == "Fail"
 
 
-def test_uninstall_removes_the_webhook_configuration_first_and_leaves_nothing(plane, release, research):
+def test_uninstall_leaves_no_webhook_configuration_and_nothing_else_behind(plane, release, research):
     objects = installed_objects(plane, chart.RELEASE, NAMESPACE)
     run_helm(plane, "uninstall", chart.RELEASE, "--namespace", NAMESPACE, "--wait")
     release.stop()  # its pods are gone
