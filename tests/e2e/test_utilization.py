@@ -197,6 +197,17 @@ def settle(prometheus: prom.Prometheus, scheduler: SchedulerProcess, node: str, 
              "the scheduler to ask Prometheus again", timeout=15)
 
 
+def dra_state_of(resource: Any, scheduler: SchedulerProcess, namespace: str, claim: str) -> str:
+    """What the API and the scheduler's model hold for node d's GPUs and the claim, for a failure report (a pod once
+    stranded here with "cannot allocate all claims" and a model that said nothing more)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{scheduler.port}/metrics", timeout=10) as response:
+        counted = [line for line in response.read().decode().splitlines() if f'node="{D}"' in line]
+    held = resource.read_namespaced_resource_claim(claim, namespace).status
+    slices = [(s.metadata.name, s.spec.pool.name, s.spec.pool.generation, len(s.spec.devices or ()))
+              for s in resource.list_resource_slice().items if s.spec.node_name == D]
+    return f"the model's metrics for {D}: {counted}; claim status: {held}; slices of {D} in the API: {slices}"
+
+
 def devices(core: Any, namespace: str, name: str) -> list[int]:
     annotation = core.read_namespaced_pod(name, namespace).metadata.annotations["gpu-scheduler.io/gpu-devices"]
     return sorted(entry["index"] if isinstance(entry, dict) else int(entry) for entry in json.loads(annotation))
@@ -256,7 +267,10 @@ def test_a_dra_claim_gets_the_least_busy_gpu(api, prometheus, dcgm, scheduler, c
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "one-gpu"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 1}}]}}})
     gpu_pod(core, cluster, "dra", node=D, claim="one-gpu")
-    assert bound_node(core, cluster, "dra", who="ours") == D
+    try:
+        assert bound_node(core, cluster, "dra", who="ours") == D
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{dra_state_of(resource, scheduler, cluster, 'one-gpu')}") from None
     allocation = resource.read_namespaced_resource_claim("one-gpu", cluster).status.allocation
     assert [result.device for result in allocation.devices.results] == ["gpu-2"]
 
