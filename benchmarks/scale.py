@@ -15,7 +15,7 @@ The pods are created first (nothing schedules them yet), then the scheduler star
                   again: seconds until that pod is bound (the relist of N nodes and M pods, then one decision)
 
 Targets (issue 35): a/b >= 1.0, peak RSS of ours <= kube-scheduler's, restart to first bind <= 30 s. A full run
-takes 30-40 min on the 2-core VM; `--nodes 1000 --pods 2000` checks the script in about 2 min.
+takes about 11 min on the 2-core VM; `--nodes 1000 --pods 2000` checks the script in about 2 min.
 
     python benchmarks/scale.py [--nodes 15000] [--pods 30000] [--ways a,b] [--json]
 """
