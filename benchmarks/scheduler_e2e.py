@@ -26,7 +26,8 @@ PreferredTopologySpreading); gangs: groups of 3 in Workload-API PodGroups with m
 group: its size; the apiserver serves scheduling.k8s.io/v1alpha2, kube-scheduler runs its GangScheduling
 plugin); preemption: every node full of low-priority pods bound before the clock starts (two of 4 GPUs
 each), and the measured pods of high priority ask 4 GPUs each, so each binding needs an eviction
-(scheduler_perf's PreemptionBasic, with GPUs).
+(scheduler_perf's PreemptionBasic, with GPUs); volumes: each pod with a claim of its own, bound before the clock
+starts to a volume in one of the three zones (VolumeBinding, VolumeZone; after scheduler_perf's SchedulingCSIPVs).
 Needs the binaries from `hack/control-plane.sh build`.
 
     python benchmarks/scheduler_e2e.py [--nodes 1000] [--pods 2000] [--rounds 3] [--workload basic] [--json]
@@ -63,7 +64,7 @@ def create_nodes(api: Any, count: int) -> None:
 
 
 GROUP = 3  # pods per application group in the constraint workloads
-WORKLOADS = ("basic", "anti-affinity", "affinity", "spread", "preferred-spread", "gangs", "preemption")
+WORKLOADS = ("basic", "anti-affinity", "affinity", "spread", "preferred-spread", "gangs", "preemption", "volumes")
 PREEMPTION_GPUS = 4  # each low-priority pod of the preemption fill, and each measured pod, asks this many
 LOW, HIGH = "bench-low", "bench-high"
 PODGROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
@@ -78,6 +79,8 @@ def pod_body(i: int, scheduler_name: str, workload: str) -> dict[str, Any]:
     group = {"app": f"g{i // GROUP}"}
     if workload == "gangs":
         spec["schedulingGroup"] = {"podGroupName": f"g{i // GROUP}"}
+    elif workload == "volumes":
+        spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-{i}"}}]
     elif workload == "preemption":
         spec["priorityClassName"] = HIGH
     elif workload == "anti-affinity":
@@ -115,6 +118,8 @@ def prepare(api: Any, namespace: str, workload: str, nodes: int, pods: int) -> N
                 "apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": f"g{g}"},
                 "spec": {"schedulingPolicy": {"gang": {"minCount": min(GROUP, pods - g * GROUP)}}}}),
                 range((pods + GROUP - 1) // GROUP)))
+    elif workload == "volumes":
+        create_volumes(api, namespace, pods)
     elif workload == "preemption":
         core: Any = client.CoreV1Api(api)
         per_node = 8 // PREEMPTION_GPUS
@@ -128,6 +133,53 @@ def prepare(api: Any, namespace: str, workload: str, nodes: int, pods: int) -> N
                                 "resources": {"limits": limits}}]}})
         with ThreadPoolExecutor(max_workers=32) as pool:
             list(pool.map(fill, range(nodes * per_node)))
+
+
+ZONAL_CLASS = "bench-zonal"
+
+
+def create_volumes(api: Any, namespace: str, pods: int) -> None:
+    """A claim per pod, bound to a volume of its own in one of the three zones (node affinity on
+    topology.kubernetes.io/zone, as a cloud disk's): VolumeBinding finds each claim bound and VolumeZone keeps the pod
+    in its volume's zone. Both sides are written bound, as the PersistentVolume controller leaves them: it binds
+    about 2 claims a second here (its client's 20 QPS), too slow for 2000 (not timed)."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    storage: Any = client.StorageV1Api(api)
+    if not storage.list_storage_class(field_selector=f"metadata.name={ZONAL_CLASS}").items:
+        storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                      "metadata": {"name": ZONAL_CLASS}, "provisioner": "kubernetes.io/no-provisioner",
+                                      "volumeBindingMode": "Immediate"})
+
+    def make(i: int) -> None:
+        claim, volume = f"data-{i}", f"{namespace}-data-{i}"
+        made = core.create_namespaced_persistent_volume_claim(namespace, {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+                "name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": ZONAL_CLASS, "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}}}})
+        core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {
+            "name": volume, "labels": {"bench": namespace}}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": ZONAL_CLASS,
+            "hostPath": {"path": f"/mnt/{volume}"}, "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim,
+                         "uid": made.metadata.uid},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"zone-{i % 3}"]}]}]}}}})
+        core.patch_persistent_volume_status(volume, {"status": {"phase": "Bound"}})
+        core.patch_namespaced_persistent_volume_claim_status(claim, namespace, {"status": {
+            "phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(make, range(pods)))
+
+
+def delete_volumes(api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    core.delete_collection_namespaced_persistent_volume_claim(namespace)
+    core.delete_collection_persistent_volume(label_selector=f"bench={namespace}")
 
 
 def create_pods(core: Any, namespace: str, count: int, scheduler_name: str, workload: str = "basic") -> float:
@@ -209,6 +261,8 @@ def run_way(name: str, api: Any, nodes: int, pods: int, start: Any, scheduler_na
     deadline = time.monotonic() + timeout
     while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
         time.sleep(0.5)
+    if workload == "volumes":
+        delete_volumes(api, namespace)
     return {"pods_per_s": steady, "seconds": elapsed, "pods_per_s_with_startup": pods / elapsed,
             "create_pods_per_s": create_rate}
 
