@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_scheduler import kubeclient  # noqa: E402
 from gpu_scheduler.runtime import binding  # noqa: E402
-from scheduler_core import quantity  # noqa: E402
+from scheduler_core import quantity, requests  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 BINDER_THREADS = 32  # as `gpu-scheduler run` (--binder-threads' default)
@@ -61,14 +61,8 @@ class Node:
 
 
 def gpus_of(pod: dict[str, Any]) -> int:
-    """The pod's GPUs, as the scheduler counts them: the larger of its containers' sum and any init container."""
-    def asked(container: dict[str, Any]) -> int:
-        resources = container.get("resources") or {}
-        value = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU) or 0
-        return int(quantity.parse(str(value)))
-    spec = pod.get("spec") or {}
-    return max([sum(asked(c) for c in spec.get("containers") or ())]
-               + [asked(c) for c in spec.get("initContainers") or ()])
+    """The pod's GPUs, as the scheduler counts them (its effective request)."""
+    return int(requests.pod_requests(pod.get("spec") or {}, only=(GPU,)).get(GPU, 0))
 
 
 class Floor:
@@ -79,13 +73,12 @@ class Floor:
         self.core: Any = client.CoreV1Api(self.api)
         self.scheduler_name = scheduler_name
         self.nodes: list[Node] = []
-        self.where: dict[str, str] = {}  # pod uid -> node name, for pods holding room
+        self.holding: dict[str, tuple[str, str, str]] = {}  # pod uid -> (node, namespace, name): pods holding room
         self.by_name: dict[str, Node] = {}
         self.cursor = 0
         self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self.binder = ThreadPoolExecutor(BINDER_THREADS, thread_name_prefix="binder")
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> pod not placed yet (no room yet)
-        self.names: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of a pod holding room
 
     def run(self) -> None:
         for item in self.core.list_node().items:
@@ -129,19 +122,21 @@ class Floor:
         if spec.get("nodeName"):
             self.pending.pop(uid, None)
             node = self.by_name.get(spec["nodeName"])
-            if node is not None and uid not in self.where:
-                node.take(uid, spec.get("priority") or 0, gpus_of(pod))
-                self.where[uid] = node.name
-                self.names[uid] = (meta["namespace"], meta["name"])
+            if node is not None and uid not in self.holding:
+                self._hold(node, pod, spec.get("priority") or 0, gpus_of(pod))
             return
-        if spec.get("schedulerName") == self.scheduler_name and uid not in self.where:
+        if spec.get("schedulerName") == self.scheduler_name and uid not in self.holding:
             self.pending[uid] = pod
 
+    def _hold(self, node: Node, pod: dict[str, Any], priority: int, gpus: int) -> None:
+        meta = pod["metadata"]
+        node.take(meta["uid"], priority, gpus)
+        self.holding[meta["uid"]] = (node.name, meta["namespace"], meta["name"])
+
     def _release(self, uid: str) -> None:
-        name = self.where.pop(uid, None)
-        self.names.pop(uid, None)
-        if name is not None:
-            self.by_name[name].release(uid)
+        held = self.holding.pop(uid, None)
+        if held is not None:
+            self.by_name[held[0]].release(uid)
 
     def _place_waiting(self) -> None:
         for uid, pod in list(self.pending.items()):
@@ -150,9 +145,7 @@ class Floor:
             if node is None:
                 continue
             del self.pending[uid]
-            node.take(uid, priority, gpus)
-            self.where[uid] = node.name
-            self.names[uid] = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._hold(node, pod, priority, gpus)
             self.binder.submit(self._bind, pod, node.name)
 
     def _next(self, wanted: Any) -> Node | None:
@@ -171,10 +164,10 @@ class Floor:
         node = self._next(freeable)
         if node is None:
             return None
-        for uid, (held, need) in sorted(node.residents.items(), key=lambda item: item[1][0]):
+        for uid, (held, _) in sorted(node.residents.items(), key=lambda item: item[1][0]):
             if node.fits(gpus) or held >= priority:
                 break
-            namespace, name = self.names[uid]
+            _, namespace, name = self.holding[uid]
             self._release(uid)
             self.binder.submit(self._delete, namespace, name, uid)
         return node

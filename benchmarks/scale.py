@@ -53,22 +53,6 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-class Way:
-    """Starts and stops one scheduler, and tells its PID."""
-
-    def __init__(self, start: Callable[[], tuple[int, Callable[[], None]]]) -> None:
-        self._start = start
-        self.pid = 0
-        self._stop: Callable[[], None] = lambda: None
-
-    def start(self) -> Callable[[], None]:
-        self.pid, self._stop = self._start()
-        return self.stop
-
-    def stop(self) -> None:
-        self._stop()
-
-
 def one_pod(core: Any, namespace: str, name: str, scheduler_name: str) -> None:
     body = e2e.pod_body(0, scheduler_name, "basic")
     body["metadata"] = {"name": name}
@@ -89,7 +73,10 @@ def bound_after(core: Any, namespace: str, name: str, started: float, timeout: f
     raise RuntimeError(f"{namespace}/{name} not bound {timeout:.0f} s after the restart")
 
 
-def run_way(label: str, api: Any, way: Way, scheduler_name: str, args: argparse.Namespace) -> dict[str, Any]:
+Start = Callable[[], tuple[int, Callable[[], None]]]  # starts a scheduler: its PID, and how to stop it
+
+
+def run_way(label: str, api: Any, start: Start, scheduler_name: str, args: argparse.Namespace) -> dict[str, Any]:
     from kubernetes import client
     from tqdm import tqdm
 
@@ -98,40 +85,26 @@ def run_way(label: str, api: Any, way: Way, scheduler_name: str, args: argparse.
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     print(f"{label}: creating {args.pods} pods ...", file=sys.stderr, flush=True)
     e2e.create_pods(core, namespace, args.pods, scheduler_name)
-    stop = way.start()
+    pid, stop = start()
     try:
         with tqdm(total=args.pods, desc=label, unit="pod", file=sys.stderr) as progress:
             elapsed, steady = e2e.wait_bound(core, namespace, args.pods, args.timeout, progress)
-        rss = peak_rss_mb(way.pid)
+        rss = peak_rss_mb(pid)
     finally:
         stop()
     one_pod(core, namespace, "after-restart", scheduler_name)
     started = time.perf_counter()
-    stop = way.start()
+    pid, stop = start()
     try:
         restart = bound_after(core, namespace, "after-restart", started, args.timeout)
-        restart_rss = peak_rss_mb(way.pid)
+        restart_rss = peak_rss_mb(pid)
     finally:
         stop()
     result = {"pods_per_s": steady, "pods_per_s_with_startup": args.pods / elapsed, "seconds": elapsed,
               "peak_rss_mb": rss, "restart_to_bind_s": restart, "restart_peak_rss_mb": restart_rss}
     print(f"{label}: {json.dumps(result)}; deleting the pods ...", file=sys.stderr, flush=True)
-    delete_all(core, namespace, args.timeout)
+    e2e.delete_pods(core, namespace, args.timeout)
     return result
-
-
-def delete_all(core: Any, namespace: str, timeout: float) -> None:
-    """Delete every pod of the namespace (no kubelet: grace period 0). A collection of 30,000 outlasts the
-    apiserver's 60 s request timeout (504), so it is asked again until the namespace is empty."""
-    from kubernetes.client.exceptions import ApiException
-
-    deadline = time.monotonic() + timeout
-    while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
-        try:
-            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _request_timeout=120)
-        except ApiException as err:
-            if err.status != 504:
-                raise
 
 
 def main() -> int:
@@ -170,8 +143,8 @@ def main() -> int:
             scheduler = plane.start_scheduler(json.dumps(UNTHROTTLED), timeout=300)
             return scheduler.process.pid, scheduler.stop
 
-        runs = {"a": ("gpu-scheduler", "ours", Way(ours), "gpu-scheduler"),
-                "b": ("kube-scheduler", "kube", Way(kube), "default-scheduler")}
+        runs = {"a": ("gpu-scheduler", "ours", ours, "gpu-scheduler"),
+                "b": ("kube-scheduler", "kube", kube, "default-scheduler")}
         for way in [w for w in "ab" if w in args.ways.split(",")]:
             name, label, starter, scheduler_name = runs[way]
             results[name] = run_way(label, api, starter, scheduler_name, args)

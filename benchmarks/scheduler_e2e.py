@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import sides  # noqa: E402
+from benchmarks import gangs, preemption, sides  # noqa: E402
 from tests import servers  # noqa: E402
 from tests.e2e import controlplane as cp  # noqa: E402
 
@@ -66,8 +66,7 @@ def create_nodes(api: Any, count: int) -> None:
 GROUP = 3  # pods per application group in the constraint workloads
 WORKLOADS = ("basic", "anti-affinity", "affinity", "spread", "preferred-spread", "gangs", "preemption", "volumes")
 PREEMPTION_GPUS = 4  # each low-priority pod of the preemption fill, and each measured pod, asks this many
-LOW, HIGH = "bench-low", "bench-high"
-PODGROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
+LOW, HIGH = preemption.LOW, preemption.HIGH
 
 
 def pod_body(i: int, scheduler_name: str, workload: str) -> dict[str, Any]:
@@ -96,25 +95,17 @@ def pod_body(i: int, scheduler_name: str, workload: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}", "labels": group}, "spec": spec}
 
 
-def create_priority_classes(api: Any) -> None:
-    from kubernetes import client
-
-    scheduling: Any = client.SchedulingV1Api(api)
-    for name, value in ((LOW, 1), (HIGH, 10)):
-        scheduling.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                          "metadata": {"name": name}, "value": value})
-
-
 def prepare(api: Any, namespace: str, workload: str, nodes: int, pods: int) -> None:
-    """What a workload needs before its pods: the gangs' PodGroups; for preemption, every node filled with
-    low-priority pods bound at creation (spec.nodeName: placed long ago, by no scheduler of this run)."""
+    """What a workload needs before its pods: the gangs' PodGroups; the volumes and their claims; for preemption,
+    every node filled with low-priority pods bound at creation (spec.nodeName: placed long ago, by no scheduler of
+    this run)."""
     from kubernetes import client
 
     if workload == "gangs":
         custom: Any = client.CustomObjectsApi(api)
-        group, version, plural = PODGROUPS
+        group, version = gangs.WORKLOAD
         with ThreadPoolExecutor(max_workers=16) as pool:
-            list(pool.map(lambda g: custom.create_namespaced_custom_object(group, version, namespace, plural, {
+            list(pool.map(lambda g: custom.create_namespaced_custom_object(group, version, namespace, "podgroups", {
                 "apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": f"g{g}"},
                 "spec": {"schedulingPolicy": {"gang": {"minCount": min(GROUP, pods - g * GROUP)}}}}),
                 range((pods + GROUP - 1) // GROUP)))
@@ -256,15 +247,26 @@ def run_way(name: str, api: Any, nodes: int, pods: int, start: Any, scheduler_na
             elapsed, steady = wait_bound(core, namespace, pods, timeout, progress)
     finally:
         stop()
-    # no namespace controller needed: the pods go in one call, at once (no kubelet: grace period 0)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + timeout
-    while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
-        time.sleep(0.5)
+    delete_pods(core, namespace, timeout)
     if workload == "volumes":
         delete_volumes(api, namespace)
     return {"pods_per_s": steady, "seconds": elapsed, "pods_per_s_with_startup": pods / elapsed,
             "create_pods_per_s": create_rate}
+
+
+def delete_pods(core: Any, namespace: str, timeout: float) -> None:
+    """Delete every pod of the namespace and wait until none is left (no kubelet: grace period 0; no namespace
+    controller needed). A collection of tens of thousands outlasts the apiserver's 60 s request timeout (504), so it
+    is asked again until the namespace is empty."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout
+    while core.list_namespaced_pod(namespace, limit=1).items and time.monotonic() < deadline:
+        try:
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _request_timeout=120)
+        except ApiException as err:
+            if err.status != 504:
+                raise
 
 
 WAYS = {"a": "gpu-scheduler", "b": "kube-scheduler", "c": "kube-scheduler+extender", "t": "kube-scheduler+trivial",
@@ -321,7 +323,7 @@ def main() -> int:
         print(f"creating {args.nodes} nodes ...", file=sys.stderr)
         create_nodes(api, args.nodes)
         if "preemption" in workloads:
-            create_priority_classes(api)
+            preemption.create_priority_classes(api)
 
         def ours() -> Any:
             process = subprocess.Popen(

@@ -85,8 +85,8 @@ class LiveScheduler:
         # Unschedulable reports go through their own small pool, so they never hold up a binding, and at
         # most two at a time compete with the bindings for the apiserver.
         self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
-        # A bound pod's Scheduled event and devices record trail the bindings: they wait until no binding is in
-        # flight, up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
+        # A bound pod's Scheduled event and devices record trail the bindings: they wait until the burst is over
+        # (_record_bound), up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
         self.binding_now = 0
         self.deciding = False  # the loop found a pod ready on its last turn: a burst is under way
