@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,16 +221,18 @@ def overcommit_problems(core: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def ours_and_kube(plane: Any, kubeconfig: Path, work: Path, *, ours: str, kube: str, label: str) -> Iterator[None]:
+def ours_and_kube(plane: Any, kubeconfig: Path, work: Path, *, ours: str, kube: str, label: str,
+                  kube_args: Sequence[str] = ()) -> Iterator[None]:
     """`gpu-scheduler run` serving schedulerName `ours` (its log attached to failure reports) and kube-scheduler
-    serving `kube`, side by side on the test control plane, for scenarios that must come out alike under both."""
+    serving `kube` (with `kube_args`), side by side on the test control plane, for scenarios that must come out alike
+    under both."""
     from tests.e2e.conftest import LOG_SOURCES
 
     config = work / "config.yaml"
     config.write_text(f"schedulerName: {ours}\n")
     run = start_scheduler(kubeconfig, work, "--config", str(config), name=f"{label}-run")
     LOG_SOURCES.append(lambda: (f"gpu-scheduler run ({label})", run.logs()[-8000:]))
-    kube_scheduler = plane.start_scheduler(f"profiles: [{{schedulerName: {kube}}}]\n")
+    kube_scheduler = plane.start_scheduler(f"profiles: [{{schedulerName: {kube}}}]\n", extra_args=kube_args)
     try:
         yield
     finally:

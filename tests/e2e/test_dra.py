@@ -112,8 +112,16 @@ def device_class(api: Any) -> None:
 def schedulers(plane: Any, scheduler_kubeconfig: Path, device_class: None,
                tmp_path_factory: pytest.TempPathFactory) -> Any:
     with ours_and_kube(plane, scheduler_kubeconfig, tmp_path_factory.mktemp("dra"), ours=SCHEDULERS["ours"],
-                       kube=SCHEDULERS["kube"], label="dra"):
+                       kube=SCHEDULERS["kube"], label="dra", kube_args=(KUBE_UNSCHEDULABLE_FLUSH,)):
         yield
+
+
+# kube-scheduler retries an unschedulable pod on a ResourceClaim event only when the pod uses that claim or the claim
+# was deallocated (dynamicresources.go, isSchedulableAfterClaimChange); a claim deleted while still allocated, as the
+# garbage collector deletes a deleted pod's extended-resource claim, wakes no other pod. If the pod's retry on the
+# pod's deletion came before the claim left its cache, it waits for the flush of pods left unschedulable, 5 min by
+# default (checked every 30 s). Shortened so the kube side of a test waits at most about 40 s for it.
+KUBE_UNSCHEDULABLE_FLUSH = "--pod-max-in-unschedulable-pods-duration=10s"
 
 
 @pytest.fixture(scope="module")
