@@ -7,7 +7,8 @@ pods are tried in creation order, and those that fit nowhere are tried again aft
 runtime retries them when a pod lands), until a pass places none. Profiles side by side:
 
 - ours: the product's default scoring;
-- no zone-balance: the same without `zone-balance` (as before issue 35);
+- no group-room: the same without `group-room` (issue 35's second step);
+- neither: without `group-room` and `zone-balance` (as before issue 35);
 - kube-like: what kube-scheduler's default profile weighs here: cpu and memory LeastAllocated and balanced, the
   upstream preferences, no GPU packing, no locality, no zone balance (ties go to the first node, not at random).
 
@@ -35,9 +36,11 @@ from tests.e2e.parity import POOL_LABEL, Scenario  # noqa: E402
 POOL = "core"
 PROFILES = {
     "ours": profile.Scheduling(),
-    "no zone-balance": profile.Scheduling(weights=(("zone-balance", 0),)),
+    "no group-room": profile.Scheduling(weights=(("group-room", 0),)),
+    "neither": profile.Scheduling(weights=(("group-room", 0), ("zone-balance", 0))),
     "kube-like": profile.Scheduling(node_policy="spread", weights=(
-        ("gpu-placement", 0), ("zone-balance", 0), ("locality", 0), ("spot", 0), ("gpu-utilization", 0))),
+        ("gpu-placement", 0), ("zone-balance", 0), ("group-room", 0), ("locality", 0), ("spot", 0),
+        ("gpu-utilization", 0))),
 }
 
 

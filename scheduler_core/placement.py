@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from scheduler_core import workloads
+from scheduler_core import podaffinity, spread, workloads
 from scheduler_core.nodes import GPU_MILLI
-from scheduler_core.plugins import Cycle
+from scheduler_core.plugins import Cycle, topology_domains
 
 BESTFIT_CPU_SCALE = 128_000  # milli-cpu: BestFit's leftover CPU is counted against 128 cores
 BESTFIT_GPU_SCALE = 8 * GPU_MILLI  # ... and its leftover GPU against 8 GPUs
@@ -195,6 +195,83 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     return _best_first(cost)
 
 
+ROOM_PLENTY = 100  # a group with more places than this (nodes, or GPUs per GPU asked) is not short of room
+
+
+def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
+    """Keep room where constrained groups can still go: 100 minus the share of each group's room the pod takes.
+
+    Pods on nodes leave rules for the pods that follow them. A host port, or required anti-affinity, keeps later pods
+    of the group off the nodes (domains) that hold one: the rest, with a GPU free, are the group's places. Required
+    pod affinity keeps them in the domains that hold a pod it selects: the free GPUs there are its room. Packing fills
+    a node's last GPU or an affinity zone's GPUs with pods that could have gone anywhere, and the next members of such
+    groups find no place left while kube-scheduler's spreading leaves them some (benchmarks/parity_core.py measures
+    it). So a candidate costs the pod, for each group it is not a member of, the place it takes away (one of the
+    group's places) or the GPUs it takes in the group's room (a share of that room). A group with plenty of room
+    (more than ROOM_PLENTY places, or GPUs per GPU asked) costs nothing and is not looked at further: in a large
+    cluster that is every group, and nothing changes; with no such pod placed (openb's trace) every candidate scores
+    0. Counted in device-plugin GPUs (`nvidia.com/gpu` and shares); terms that select namespaces by label are left
+    out.
+    """
+    cluster, pod = cycle.cluster, cycle.pod
+    index = cluster.pod_index
+    if not pod.wants_gpu or not (cluster.port_holders or index.anti_terms or index.affinity_terms):
+        return np.zeros(rows.size)  # as everywhere in openb's trace: all candidates alike
+    size = cycle.rows
+    free = cluster.gpu_count[:size] * GPU_MILLI - cluster.gpu_used[:size]
+    open_rows = cluster.present[:size] & (free >= GPU_MILLI)  # a place for a member asking one GPU
+    places = int(np.count_nonzero(open_rows))
+    demand = pod.gpus * GPU_MILLI + pod.gpu_milli
+    taken = np.zeros(rows.size)
+    candidate_open = open_rows[rows]
+    keeps_place = free[rows] - demand >= GPU_MILLI
+    for held in _exclusive_groups(cycle, places):
+        left = places - int(np.count_nonzero(open_rows & held))
+        if left <= ROOM_PLENTY:
+            taken += (candidate_open & ~keeps_place & ~held[rows]) / max(left, 1)
+    for term in _affinity_groups(cycle):
+        found = topology_domains(cycle)(term.topology_key)
+        matched = found.per_domain(*podaffinity.rows_of(group.rows for group in index.select([term])))
+        inside = (matched > 0)[found.ids][:size] & cluster.present[:size]
+        room = int(free[inside].sum())
+        if room <= ROOM_PLENTY * demand:
+            taken += inside[rows] * np.minimum(demand, free[rows]) / max(room, 1)
+    return 100.0 * np.clip(1.0 - taken, 0.0, 1.0)
+
+
+def _exclusive_groups(cycle: Cycle, places: int) -> list[np.ndarray]:
+    """Per group whose later pods the placed pods keep off nodes (a host port, required anti-affinity), the rows kept
+    off, unless the pod is one of the group (it takes a place of its own group wherever it goes) or the group has
+    more than ROOM_PLENTY places anyway (a node-wide term held on few nodes of many)."""
+    cluster, pod = cycle.cluster, cycle.pod
+    size = cycle.rows
+    own_ports = {(port.protocol, port.port) for port in pod.host_ports}
+    found = []
+    for key, port_rows in cluster.port_holders.items():
+        if key not in own_ports and places - len(port_rows) <= ROOM_PLENTY:
+            held = np.zeros(size, dtype=bool)
+            held[list(port_rows)] = True
+            found.append(held)
+    own_terms = set(pod.pod_affinity.anti_required) if pod.pod_affinity is not None else set()
+    for (term, _), holders in cycle.cluster.pod_index.anti_terms.rows.items():
+        if term in own_terms or term.reads_namespace_labels:
+            continue
+        if term.topology_key == spread.HOSTNAME and places - len(holders) > ROOM_PLENTY:
+            continue  # one node a domain: held on few of many
+        domains = topology_domains(cycle)(term.topology_key)
+        found.append((domains.per_domain(*podaffinity.rows_of([holders])) > 0)[domains.ids][:size])
+    return found
+
+
+def _affinity_groups(cycle: Cycle) -> list[podaffinity.AffinityTerm]:
+    """The required pod affinity terms of placed pods that the pod does not carry itself, by which their groups' later
+    pods must go where a pod the term selects is."""
+    pod = cycle.pod
+    own = set(pod.pod_affinity.required) if pod.pod_affinity is not None else set()
+    terms = cycle.cluster.pod_index.affinity_terms.rows
+    return [term for term, _ in terms if term not in own and not term.reads_namespace_labels]
+
+
 def _workload(cycle: Cycle) -> workloads.Workload:
     if cycle.workload is None:
         cycle.workload = workloads.Workload()
@@ -209,4 +286,5 @@ SCORES: dict[str, Callable[[Cycle, np.ndarray], np.ndarray]] = {
     "gpupacking": gpu_packing,
     "fgd": fgd,
     "gpu-fragmentation": gpu_fragmentation,
+    "group-room": group_room,
 }

@@ -262,7 +262,8 @@ def inter_pod_affinity(cycle: Cycle) -> Failures:
         return []
     if cluster.namespace_labels is None and _reads_namespace_labels(terms, index):
         return [(np.ones(cycle.rows, dtype=bool), NAMESPACES_UNKNOWN)]
-    affinity, anti, existing = podaffinity.required_failures(index, _incoming(cycle), _domains(cycle), cycle.rows)
+    affinity, anti, existing = podaffinity.required_failures(index, _incoming(cycle), topology_domains(cycle),
+                                                             cycle.rows)
     return [(affinity, AFFINITY_MISMATCH), (anti, ANTI_AFFINITY_MISMATCH), (existing, EXISTING_ANTI_AFFINITY_MISMATCH)]
 
 
@@ -288,7 +289,7 @@ def _incoming(cycle: Cycle) -> podaffinity.Incoming:
     return podaffinity.Incoming(pod.namespace, pod.labels, known.get(pod.namespace, {}), resolved)
 
 
-def _domains(cycle: Cycle, missing: str | None = None) -> Callable[[str], podaffinity.Domains]:
+def topology_domains(cycle: Cycle, missing: str | None = None) -> Callable[[str], podaffinity.Domains]:
     """Each row's topology domain for a key (a node without it reading `missing`), once per labels version."""
     def domains(key: str) -> podaffinity.Domains:
         labels = (facts.labels if facts is not None else None for facts in cycle.cluster.facts)
@@ -553,7 +554,7 @@ class _VolumeNodes:
         return self._all_of(selector) & self.cycle.cluster.present[: self.cycle.rows]
 
     def domains(self, key: str) -> podaffinity.Domains:
-        return _domains(self.cycle)(key)
+        return topology_domains(self.cycle)(key)
 
     def labels(self, row: int) -> Mapping[str, str]:
         return self.cycle.cluster.node(row).labels
@@ -567,7 +568,7 @@ class _VolumeNodes:
     def _matching(self, expression: predicates.Expression) -> np.ndarray:
         """Rows whose labels satisfy one requirement, through the label's domains (a vector operation), but for Gt
         and Lt, which read the value as a number."""
-        domains = _domains(self.cycle)(expression.key)
+        domains = topology_domains(self.cycle)(expression.key)
         if expression.operator in ("Exists", "DoesNotExist"):
             return domains.present if expression.operator == "Exists" else ~domains.present
         if expression.operator in ("In", "NotIn"):
@@ -612,7 +613,8 @@ def _spread_nodes(cycle: Cycle) -> spread.Nodes:
     def counted(selector: podaffinity.Selector) -> tuple[np.ndarray, np.ndarray]:
         return podaffinity.rows_of(group.rows for group in index.counted(namespace, selector))
 
-    return spread.Nodes(cycle.cluster.present[: cycle.rows], _domains(cycle), _domains(cycle, missing=""),
+    domains = topology_domains(cycle)
+    return spread.Nodes(cycle.cluster.present[: cycle.rows], domains, topology_domains(cycle, missing=""),
                         _affinity_mismatch(cycle), _untolerated(cycle), counted)
 
 
@@ -914,7 +916,7 @@ def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     terms, index = cycle.pod.pod_affinity, cycle.cluster.pod_index
     if (terms is None or not (terms.preferred or terms.anti_preferred)) and not index.scoring_terms:
         return np.zeros(rows.size)
-    totals = podaffinity.preference_totals(index, _incoming(cycle), _domains(cycle), cycle.rows)
+    totals = podaffinity.preference_totals(index, _incoming(cycle), topology_domains(cycle), cycle.rows)
     return podaffinity.normalized(totals[rows])
 
 

@@ -44,6 +44,8 @@ SCORE_PLUGINS: dict[str, int] = {
     "fgd": 0,
     # ... and ours, the default: usable GPU lost to fragmentation, cpu/memory stranding and model contention
     "gpu-fragmentation": 10,
+    # ... and the room constrained groups (host ports, required pod anti-affinity and affinity) still have
+    "group-room": 40,
 }
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")

@@ -415,15 +415,17 @@ class WatchedCluster:
             seen = _seen_as(obj)
             if seen[0] == current.pod.node_name:
                 # the common case, our binding confirmed (with the node's topology labels the apiserver adds) or
-                # a placed pod's status updated: nothing to parse
-                self.assumed.pop(uid, None)
+                # a placed pod's status updated: nothing to parse. Confirmed, our pod may be what a parked pod's
+                # pod affinity or topology spread waits for, as one bound elsewhere (upstream moves such pods on
+                # the assigned pod's add event, whoever bound it)
+                awaited = self.assumed.pop(uid, None) is not None and self._awaiting_pods()
                 self._keep_warm_up(uid, obj)
                 if seen == _counted_as(current.pod):
-                    return Change()
+                    return Change(freed=awaited)
                 _, labels, terminating, started, preempted = seen
                 return Change(freed=self.cluster.relabel(
                     uid, labels=labels, app=pods.app_of(labels, self.scheduling.locality_labels),
-                    terminating=terminating, started=started, preempted=preempted))
+                    terminating=terminating, started=started, preempted=preempted) or awaited)
         facts = self.facts_of(obj)
         node = facts.node_name or ""
         change = Change()

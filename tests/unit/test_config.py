@@ -241,7 +241,7 @@ def test_a_configmap_manifest_is_read_from_its_config_yaml_key():
          ["scheduling.weights.gpu: unknown score plugin; expected one of gpu-placement, zone-balance, node-resources, "
           "balanced-allocation, image-locality, gpu-utilization, spot, locality, node-affinity, taint-toleration, "
           "inter-pod-affinity, pod-topology-spread, dynamic-resources, dra-devices, dra-demand, random, bestfit, "
-          "dotproduct, gpupacking, fgd, gpu-fragmentation"]),
+          "dotproduct, gpupacking, fgd, gpu-fragmentation, group-room"]),
         ("scheduling: {weights: {inter-pod-affinity: 1.5}}",
          ["scheduling.weights.inter-pod-affinity: must be an integer >= 0, got 1.5"]),
         ("scheduling: {weights: {pod-topology-spread: -2}}",

@@ -206,3 +206,72 @@ def test_ours_learns_the_shapes_from_the_pods_it_decides_on():
     ours.place(facts(pod("p", gpus=1, cpu="4")))
     ours.decide(facts(pod("q", milli=250, cpu="1")))
     assert sorted(s.gpus * 1000 + s.gpu_milli for s in ours.workload.counts) == [250, 1000]
+
+
+# --- group-room: room kept for the groups that placed pods constrain ------------------------------------------
+
+PORT = {"containerPort": 8080, "hostPort": 8080}
+HATES_ITS_OWN = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "solo"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+NEAR_DB = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}
+
+
+def with_port(obj):
+    obj["spec"]["containers"][0]["ports"] = [dict(PORT)]
+    return obj
+
+
+NODE_EXCLUSIVE = [
+    ("a host port", with_port(pod("web-0", gpus=1, node_name="a")), with_port(pod("web-1", gpus=1))),
+    ("required anti-affinity", pod("solo-0", gpus=1, node_name="a", labels={"app": "solo"}, affinity=HATES_ITS_OWN),
+     pod("solo-1", gpus=1, labels={"app": "solo"}, affinity=HATES_ITS_OWN)),
+]
+
+
+@pytest.mark.parametrize(("held", "member"), [case[1:] for case in NODE_EXCLUSIVE], ids=[c[0] for c in NODE_EXCLUSIVE])
+def test_a_pod_outside_a_node_exclusive_group_leaves_its_places_open(held, member):
+    """b's last GPU is one of the two places the group's next pod can take: a pod of no group packs onto b without
+    group-room, and with it goes to a (no place of the group) or c (a place left either way); the group's next pod
+    then still has two places."""
+    node_objects = [node("a", gpus=4), node("b", gpus=2), node("c", gpus=4)]
+    bound = [held, pod("x", gpus=1, node_name="b"), pod("y", gpus=1, node_name="c")]
+    plain = facts(pod("plain", gpus=1))
+    without = build(node_objects, bound, scheduling=profile.Scheduling(weights=(("group-room", 0),)))
+    assert without.decide(plain).node == "b"
+    scheduler = build(node_objects, bound, scheduling=profile.Scheduling())
+    assert scheduler.place(plain).node in {"a", "c"}
+    assert scheduler.decide(facts(member)).node in {"b", "c"}
+
+
+def test_a_pod_outside_an_affinity_group_leaves_room_in_its_zone():
+    """near-db's pods must go to the zone holding db (z1, one GPU left on a node); a pod of no group goes to z2, where
+    packing alone (z1's node is the fuller) would have taken that GPU."""
+    node_objects = [node("a", gpus=4, zone="z1"), node("b", gpus=4, zone="z2")]
+    bound = [pod("db", gpus=2, node_name="a", labels={"app": "db"}),
+             pod("near", gpus=1, node_name="a", labels={"app": "near"}, affinity=NEAR_DB)]
+    plain = facts(pod("plain", gpus=1))
+    balanced_only = profile.Scheduling(weights=(("group-room", 0), ("zone-balance", 0)))
+    assert build(node_objects, bound, scheduling=balanced_only).decide(plain).node == "a"
+    only_room = profile.Scheduling(weights=(("zone-balance", 0),))
+    assert build(node_objects, bound, scheduling=only_room).decide(plain).node == "b"
+    member = facts(pod("near-1", gpus=1, labels={"app": "near"}, affinity=NEAR_DB))
+    assert build(node_objects, bound, scheduling=profile.Scheduling()).decide(member).node == "a"
+
+
+def test_group_room_stands_aside_where_room_is_plenty_and_for_the_groups_own_pods():
+    """More than ROOM_PLENTY places: every candidate scores the same, as does every candidate of a member of the
+    group; and with no constrained pod placed, nothing is looked at."""
+    from scheduler_core import placement, plugins
+
+    many = [node(f"n{i:03d}", gpus=2) for i in range(placement.ROOM_PLENTY + 5)]
+    bound = [with_port(pod("web-0", gpus=1, node_name="n000"))]
+    for node_objects, incoming in ((many, pod("plain", gpus=2)), (many[:3], with_port(pod("web-1", gpus=2)))):
+        scheduler = build(node_objects, bound, scheduling=profile.Scheduling())
+        incoming_facts = facts(incoming)
+        cycle = plugins.Cycle(scheduler.cluster, incoming_facts, {})
+        rows = np.arange(scheduler.cluster.size)
+        assert (placement.group_room(cycle, rows) == 100.0).all()
+    plain = build(many[:3], [], scheduling=profile.Scheduling())
+    cycle = plugins.Cycle(plain.cluster, facts(pod("plain", gpus=1)), {})
+    assert (placement.group_room(cycle, np.arange(3)) == 0.0).all()

@@ -523,6 +523,18 @@ def test_a_pod_bound_elsewhere_wakes_pods_waiting_for_pod_affinity():
     assert not found.pod_event("ADDED", incarnation("db3", "uid-db3", node_name="a"), now=NOW).freed
 
 
+def test_our_own_binding_confirmed_wakes_pods_waiting_for_pod_affinity():
+    """The pod awaited may be one this scheduler bound: when the watch shows it bound, parked pods are tried again
+    (once: later updates of it make no room)."""
+    found = model(node("a"))
+    found.pod_event("ADDED", incarnation("app", "uid-app", affinity=TEAM_SELECTOR), now=NOW)
+    found.pod_event("ADDED", incarnation("db", "uid-db"), now=NOW)
+    found.assume(found.pending["uid-db"].facts, "a", (), now=NOW)
+    bound = incarnation("db", "uid-db", node_name="a")
+    assert found.pod_event("MODIFIED", bound, now=NOW).freed
+    assert not found.pod_event("MODIFIED", bound, now=NOW).freed
+
+
 # --- topology spread: the counts follow the pods ------------------------------------------------------------
 
 ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
