@@ -81,8 +81,9 @@ def main() -> int:
         pinning = parity.PinningExtender().start()
         kube_scheduler = plane.start_scheduler(pinning.config(kube))
 
-        def start_ours() -> None:
+        def start_ours() -> Any:
             running["ours"] = start_scheduler(plane.kubeconfig, work, "--config", str(config), name="parity-run")
+            return running["ours"]
 
         def stop_ours() -> None:
             running.pop("ours").stop()

@@ -28,6 +28,26 @@ class OvercommitError(ValueError):
     """An assignment that would give a GPU share or a resource that is not free."""
 
 
+# A rule a placed pod sets for the later pods of its group: ("port", protocol, port), ("anti", term) or
+# ("affinity", term); and where such pods may go at all, the pod's (nodeSelector items, required node affinity).
+Rule = tuple[Any, ...]
+Reach = tuple[tuple[tuple[str, str], ...], Any]
+
+
+def constrained_groups(pod: PodFacts) -> list[tuple[Rule, Reach]]:
+    """The groups a pod belongs to whose later pods its placement constrains: a host port keeps them off its node,
+    required pod anti-affinity off its domain, required pod affinity in the domains holding what it selects; each
+    with the pod's reach, as the group's later pods are taken to be like it."""
+    rules: list[Rule] = [("port", protocol, port) for _, protocol, port in pod.host_ports]
+    if pod.pod_affinity is not None:
+        rules += [("anti", term) for term in pod.pod_affinity.anti_required]
+        rules += [("affinity", term) for term in pod.pod_affinity.required]
+    if not rules:
+        return []
+    reach: Reach = (tuple(sorted(pod.node_selector.items())), pod.required_terms)
+    return [(rule, reach) for rule in dict.fromkeys(rules)]
+
+
 @dataclass(frozen=True)
 class Assignment:
     pod: PodFacts
@@ -75,6 +95,8 @@ class Cluster:
         # host ports held on nodes, for NodePorts: (protocol, port) -> row -> host IP -> pods holding it.
         # Only pods with host ports touch it, and a query reads only the nodes where that port is held.
         self.port_holders: dict[tuple[str, int], dict[int, Counter[str]]] = {}
+        # the groups placed pods constrain, for placement.group_room: (rule, reach) -> pods placed; see constrained_groups
+        self.constrained: Counter[tuple[Rule, Reach]] = Counter()
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
         self.pod_index = podaffinity.PodIndex()  # the pods on nodes as pod affinity and topology spread look at them
         # namespace -> labels, for namespaceSelectors; None until the namespaces have been listed
@@ -436,6 +458,7 @@ class Cluster:
                 del self.group_pods[pod.group]
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=-1)
+        self._count_constraints(pod, sign=-1)
         if pod.volumes:
             self.storage.use(pod.namespace, key, pod.volumes, sign=-1)
         self._count_labels(row, pod, sign=-1)
@@ -532,6 +555,7 @@ class Cluster:
             self.group_pods[pod.group].add(pod.identity)
         if pod.host_ports:
             self._hold_ports(row, pod.host_ports, sign=1)
+        self._count_constraints(pod, sign=1)
         if pod.volumes:
             self.storage.use(pod.namespace, pod.identity, pod.volumes, sign=1)
         self._count_labels(row, pod, sign=1)
@@ -567,6 +591,12 @@ class Cluster:
                 del by_row[row]
             if not by_row:
                 del self.port_holders[(protocol, port)]
+
+    def _count_constraints(self, pod: PodFacts, sign: int) -> None:
+        for group in constrained_groups(pod):
+            self.constrained[group] += sign
+            if self.constrained[group] <= 0:
+                del self.constrained[group]
 
     def rows_holding(self, ports: Iterable[HostPort]) -> set[int]:
         """The rows where one of `ports` conflicts with a port held (HostPortInfo.CheckConflict): the same

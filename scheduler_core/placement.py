@@ -18,13 +18,15 @@ usage changed (`Cluster.row_version`), which keeps the default policy cheap enou
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
 from scheduler_core import podaffinity, spread, workloads
+from scheduler_core.cluster import Reach, Rule, constrained_groups
 from scheduler_core.nodes import GPU_MILLI
-from scheduler_core.plugins import Cycle, topology_domains
+from scheduler_core.plugins import Cycle, reach_mismatch, topology_domains
 
 BESTFIT_CPU_SCALE = 128_000  # milli-cpu: BestFit's leftover CPU is counted against 128 cores
 BESTFIT_GPU_SCALE = 8 * GPU_MILLI  # ... and its leftover GPU against 8 GPUs
@@ -201,75 +203,76 @@ ROOM_PLENTY = 100  # a group with more places than this (nodes, or GPUs per GPU 
 def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Keep room where constrained groups can still go: 100 minus the share of each group's room the pod takes.
 
-    Pods on nodes leave rules for the pods that follow them. A host port, or required anti-affinity, keeps later pods
-    of the group off the nodes (domains) that hold one: the rest, with a GPU free, are the group's places. Required
-    pod affinity keeps them in the domains that hold a pod it selects: the free GPUs there are its room. Packing fills
-    a node's last GPU or an affinity zone's GPUs with pods that could have gone anywhere, and the next members of such
-    groups find no place left while kube-scheduler's spreading leaves them some (benchmarks/parity_core.py measures
-    it). So a candidate costs the pod, for each group it is not a member of, the place it takes away (one of the
-    group's places) or the GPUs it takes in the group's room (a share of that room). A group with plenty of room
-    (more than ROOM_PLENTY places, or GPUs per GPU asked) costs nothing and is not looked at further: in a large
-    cluster that is every group, and nothing changes; with no such pod placed (openb's trace) every candidate scores
-    0. Counted in device-plugin GPUs (`nvidia.com/gpu` and shares); terms that select namespaces by label are left
-    out.
+    Pods on nodes leave rules for the pods that follow them (scheduler_core.cluster.constrained_groups). A host port,
+    or required anti-affinity, keeps later pods of the group off the nodes (domains) that hold one: the others within
+    the group's reach (its pods' nodeSelector and required node affinity), with a GPU free, are the group's places.
+    Required pod affinity keeps them in the domains that hold a pod it selects: the free GPUs there, within reach, are
+    its room. Packing fills a node's last GPU, or an affinity zone's GPUs, with pods that could have gone anywhere,
+    and the next pods of such groups find no place left where kube-scheduler's spreading leaves them some
+    (benchmarks/parity_core.py measures it). So a candidate costs the pod, for each group it is not part of, the place
+    it takes (a share of the group's places) or the GPUs it takes in the group's room (a share of that room). A
+    group with plenty of room (more than ROOM_PLENTY places, or GPUs per GPU asked) costs nothing: in a large cluster
+    that is every group, and nothing changes; with no such pod placed (openb's trace) every candidate scores 0.
+    Counted in device-plugin GPUs (`nvidia.com/gpu` and shares); taints, and terms that select namespaces by label,
+    are not looked at.
     """
     cluster, pod = cycle.cluster, cycle.pod
-    index = cluster.pod_index
-    if not pod.wants_gpu or not (cluster.port_holders or index.anti_terms or index.affinity_terms):
-        return np.zeros(rows.size)  # as everywhere in openb's trace: all candidates alike
+    if not pod.wants_gpu or not cluster.constrained:
+        return np.zeros(rows.size)
+    own = {rule for rule, _ in constrained_groups(pod)}
     size = cycle.rows
     free = cluster.gpu_count[:size] * GPU_MILLI - cluster.gpu_used[:size]
-    open_rows = cluster.present[:size] & (free >= GPU_MILLI)  # a place for a member asking one GPU
-    places = int(np.count_nonzero(open_rows))
+    open_rows = cluster.present[:size] & (free >= GPU_MILLI)  # a place for a pod asking one GPU
     demand = pod.gpus * GPU_MILLI + pod.gpu_milli
+    takes_place = open_rows[rows] & (free[rows] - demand < GPU_MILLI)
+    reaches: dict[Reach, tuple[np.ndarray, int]] = {}
     taken = np.zeros(rows.size)
-    candidate_open = open_rows[rows]
-    keeps_place = free[rows] - demand >= GPU_MILLI
-    for held in _exclusive_groups(cycle, places):
-        left = places - int(np.count_nonzero(open_rows & held))
+    for rule, reach in cluster.constrained:
+        if rule in own or (rule[0] != "port" and rule[1].reads_namespace_labels):
+            continue
+        if reach not in reaches:
+            within = open_rows & ~reach_mismatch(cycle, *reach)
+            reaches[reach] = (within, int(np.count_nonzero(within)))
+        within, places = reaches[reach]
+        if rule[0] == "affinity":
+            inside = _domains_holding(cycle, rule[1].topology_key, cycle.cluster.pod_index.select([rule[1]]))
+            inside &= cluster.present[:size] & ~reach_mismatch(cycle, *reach)
+            room = int(free[inside].sum())
+            if room <= ROOM_PLENTY * demand:
+                taken += inside[rows] * np.minimum(demand, free[rows]) / max(room, 1)
+            continue
+        held = _held(cycle, rule, places)
+        if held is None:
+            continue
+        left = int(np.count_nonzero(within & ~held))
         if left <= ROOM_PLENTY:
-            taken += (candidate_open & ~keeps_place & ~held[rows]) / max(left, 1)
-    for term in _affinity_groups(cycle):
-        found = topology_domains(cycle)(term.topology_key)
-        matched = found.per_domain(*podaffinity.rows_of(group.rows for group in index.select([term])))
-        inside = (matched > 0)[found.ids][:size] & cluster.present[:size]
-        room = int(free[inside].sum())
-        if room <= ROOM_PLENTY * demand:
-            taken += inside[rows] * np.minimum(demand, free[rows]) / max(room, 1)
+            taken += (takes_place & within[rows] & ~held[rows]) / max(left, 1)
     return 100.0 * np.clip(1.0 - taken, 0.0, 1.0)
 
 
-def _exclusive_groups(cycle: Cycle, places: int) -> list[np.ndarray]:
-    """Per group whose later pods the placed pods keep off nodes (a host port, required anti-affinity), the rows kept
-    off, unless the pod is one of the group (it takes a place of its own group wherever it goes) or the group has
-    more than ROOM_PLENTY places anyway (a node-wide term held on few nodes of many)."""
-    cluster, pod = cycle.cluster, cycle.pod
+def _held(cycle: Cycle, rule: Rule, places: int) -> np.ndarray | None:
+    """The rows a node-exclusive rule (a host port, required anti-affinity) keeps the group's later pods off, by every
+    pod that holds it; None when, one node a domain, the group keeps more than ROOM_PLENTY of its `places` anyway."""
     size = cycle.rows
-    own_ports = {(port.protocol, port.port) for port in pod.host_ports}
-    found = []
-    for key, port_rows in cluster.port_holders.items():
-        if key not in own_ports and places - len(port_rows) <= ROOM_PLENTY:
-            held = np.zeros(size, dtype=bool)
-            held[list(port_rows)] = True
-            found.append(held)
-    own_terms = set(pod.pod_affinity.anti_required) if pod.pod_affinity is not None else set()
-    for (term, _), holders in cycle.cluster.pod_index.anti_terms.rows.items():
-        if term in own_terms or term.reads_namespace_labels:
-            continue
-        if term.topology_key == spread.HOSTNAME and places - len(holders) > ROOM_PLENTY:
-            continue  # one node a domain: held on few of many
-        domains = topology_domains(cycle)(term.topology_key)
-        found.append((domains.per_domain(*podaffinity.rows_of([holders])) > 0)[domains.ids][:size])
-    return found
+    if rule[0] == "port":
+        holders = cycle.cluster.port_holders.get(rule[1:], {})
+        if places - len(holders) > ROOM_PLENTY:
+            return None
+        held = np.zeros(size, dtype=bool)
+        held[list(holders)] = True
+        return held
+    term = rule[1]
+    rows = cycle.cluster.pod_index.anti_terms.rows.get((term, 1), Counter())
+    if term.topology_key == spread.HOSTNAME and places - len(rows) > ROOM_PLENTY:
+        return None
+    domains = topology_domains(cycle)(term.topology_key)
+    return (domains.per_domain(*podaffinity.rows_of([rows])) > 0)[domains.ids][:size]
 
 
-def _affinity_groups(cycle: Cycle) -> list[podaffinity.AffinityTerm]:
-    """The required pod affinity terms of placed pods that the pod does not carry itself, by which their groups' later
-    pods must go where a pod the term selects is."""
-    pod = cycle.pod
-    own = set(pod.pod_affinity.required) if pod.pod_affinity is not None else set()
-    terms = cycle.cluster.pod_index.affinity_terms.rows
-    return [term for term, _ in terms if term not in own and not term.reads_namespace_labels]
+def _domains_holding(cycle: Cycle, key: str, groups: list[podaffinity.LabelGroup]) -> np.ndarray:
+    """The rows in a domain of `key` that holds a pod of `groups`."""
+    domains = topology_domains(cycle)(key)
+    return (domains.per_domain(*podaffinity.rows_of(group.rows for group in groups)) > 0)[domains.ids][: cycle.rows]
 
 
 def _workload(cycle: Cycle) -> workloads.Workload:

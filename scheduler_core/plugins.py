@@ -114,23 +114,27 @@ def node_affinity(cycle: Cycle) -> Failures:
 def _affinity_mismatch(cycle: Cycle) -> np.ndarray:
     """Rows the pod's nodeSelector and required node affinity rule out, once per labels version."""
     pod = cycle.pod
-    selector = tuple(sorted(pod.node_selector.items()))
+    return reach_mismatch(cycle, tuple(sorted(pod.node_selector.items())), pod.required_terms)
 
+
+def reach_mismatch(cycle: Cycle, selector: tuple[tuple[str, str], ...],
+                   required_terms: tuple[predicates.Term, ...] | None) -> np.ndarray:
+    """Rows a nodeSelector (its items, sorted) and required node affinity rule out, once per labels version."""
     def compute() -> np.ndarray:
         fails = np.zeros(cycle.rows, dtype=bool)
-        if not selector and pod.required_terms is None:
+        if not selector and required_terms is None:
             return fails
         for row, facts in enumerate(cycle.cluster.facts):
             if facts is None:
                 continue
             labels = facts.labels
             ok = all(labels.get(k) == v for k, v in selector)
-            if ok and pod.required_terms is not None:
-                ok = any(term.matches(labels, facts.name) for term in pod.required_terms)
+            if ok and required_terms is not None:
+                ok = any(term.matches(labels, facts.name) for term in required_terms)
             fails[row] = not ok
         return fails
 
-    return cycle.cached(("affinity", selector, pod.required_terms), compute)
+    return cycle.cached(("affinity", selector, required_terms), compute)
 
 
 def node_ports(cycle: Cycle) -> Failures:

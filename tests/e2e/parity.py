@@ -15,6 +15,7 @@ import json
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import controlplane as cp
 from tests.e2e import scheduling
@@ -203,6 +205,26 @@ def ask_kube_scheduler(core: Any, namespace: str, pod: dict[str, Any], body: dic
     return None, f"neither bound nor refused by kube-scheduler within {timeout:.0f}s"
 
 
+def wait_until_modelled(process: scheduling.SchedulerProcess, gpus: dict[str, int], timeout: float = 60.0) -> None:
+    """Until `gpu-scheduler run` counts each node with its GPUs (its /metrics, gpu_scheduler_gpus)."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{process.port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            text = ""  # not serving yet
+        seen = {sample.labels["node"]: sample.value for family in text_string_to_metric_families(text)
+                for sample in family.samples if sample.name == "gpu_scheduler_gpus"}
+        if all(seen.get(node) == count for node, count in gpus.items()):
+            return
+        time.sleep(0.2)
+    missing = sorted(node for node, count in gpus.items() if seen.get(node) != count)
+    raise AssertionError(f"gpu-scheduler run did not count these nodes' GPUs within {timeout:.0f}s: {missing}\n"
+                         f"{process.logs()[-4000:]}")
+
+
 def gpus_on(core: Any, node: str) -> str:
     """The node's allocatable GPUs and the pods bound there with theirs, for a message."""
     allocatable = scheduling.api_json(core.read_node, node)["status"]["allocatable"].get(cp.GPU_RESOURCE)
@@ -240,20 +262,27 @@ class Outcome:
                 f"{self.kube_pending} pending; {len(self.refused)} of ours refused by it")
 
 
-def compare(api: Any, seed: int, *, prefix: str, ours: str, kube: str, start_ours: Callable[[], None],
-            stop_ours: Callable[[], None]) -> Outcome:
+def compare(api: Any, seed: int, *, prefix: str, ours: str, kube: str,
+            start_ours: Callable[[], scheduling.SchedulerProcess], stop_ours: Callable[[], None]) -> Outcome:
     """Schedule seed's scenario once by `gpu-scheduler run` (schedulerName `ours`, started and stopped by the
     callables) and once by kube-scheduler (profile `kube`, with the pinning extender), each on its own pool of
-    nodes, both at once; then ask kube-scheduler about every binding of ours and every pod ours left pending."""
+    nodes, both at once; then ask kube-scheduler about every binding of ours and every pod ours left pending.
+
+    Both start from the same state: the nodes made and held by both schedulers' models before the first pod. ours
+    starts as its pool's nodes are made and is waited for, as kube-scheduler runs throughout: pods made before ours
+    had listed would reach it in one list, in name order, and not one by one in creation order as kube-scheduler
+    sees them (with 12 nodes that order alone left up to 8 more pods pending in a seed)."""
     core: Any = client.CoreV1Api(api)
     scenario = Scenario.generate(seed)
-    start_ours()
-    for way, scheduler in (("ours", ours), ("kube", kube)):
-        pool = f"{prefix}-{seed}-{way}"
+    process = start_ours()
+    pools = {way: f"{prefix}-{seed}-{way}" for way in ("ours", "kube")}
+    for pool in pools.values():
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": pool}})
-        scenario.create_nodes(api, pool)
-        for body in scenario.bodies(scheduler, pool):
-            core.create_namespaced_pod(pool, body)
+    made = {way: scenario.create_nodes(api, pool) for way, pool in pools.items()}
+    wait_until_modelled(process, dict(zip(made["ours"], (spec["gpus"] for spec in scenario.nodes))))
+    for way, scheduler in (("ours", ours), ("kube", kube)):
+        for body in scenario.bodies(scheduler, pools[way]):
+            core.create_namespaced_pod(pools[way], body)
     runs = {way: (f"{prefix}-{seed}-{way}", settled(core, f"{prefix}-{seed}-{way}")) for way in ("ours", "kube")}
     # stopped before kube-scheduler is asked: else it would fill the room a replaced pod leaves with a pod it
     # had left pending, before the pinned copy gets there

@@ -36,8 +36,9 @@ class Schedulers:
         self.config.write_text(f"schedulerName: {OURS}\n")
         self.ours: Any = None
 
-    def start_ours(self) -> None:
+    def start_ours(self) -> Any:
         self.ours = start_scheduler(self.kubeconfig, self.work, "--config", str(self.config), name="parity-run")
+        return self.ours
 
     def stop_ours(self) -> None:
         if self.ours is not None:
