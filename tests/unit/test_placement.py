@@ -275,3 +275,36 @@ def test_group_room_stands_aside_where_room_is_plenty_and_for_the_groups_own_pod
     plain = build(many[:3], [], scheduling=profile.Scheduling())
     cycle = plugins.Cycle(plain.cluster, facts(pod("plain", gpus=1)), {})
     assert (placement.group_room(cycle, np.arange(3)) == 0.0).all()
+
+
+def test_a_group_is_counted_within_its_reach():
+    """The port group's pods are held to pool b by their nodeSelector: pool a's nodes are no places of theirs. A pod of
+    pool a packs there as if the group were not; one of pool b leaves the group's last place but one open."""
+    def pooled(name, pool, gpus):
+        return node(name, gpus=gpus, labels={"pool": pool})
+
+    node_objects = [pooled("a1", "a", 2), pooled("a2", "a", 4), pooled("b1", "b", 4), pooled("b2", "b", 2),
+                    pooled("b3", "b", 4)]
+    bound = [with_port(pod("web-0", gpus=1, node_name="b1", node_selector={"pool": "b"})),
+             pod("x", gpus=1, node_name="a1"), pod("y", gpus=1, node_name="b2"), pod("z", gpus=1, node_name="b3")]
+    default, packing = profile.Scheduling(), profile.Scheduling(weights=(("group-room", 0),))
+    in_a = facts(pod("plain-a", gpus=1, node_selector={"pool": "a"}))
+    assert build(node_objects, bound, scheduling=packing).decide(in_a).node == "a1"
+    assert build(node_objects, bound, scheduling=default).decide(in_a).node == "a1"
+    in_b = facts(pod("plain-b", gpus=1, node_selector={"pool": "b"}))
+    assert build(node_objects, bound, scheduling=packing).decide(in_b).node == "b2"
+    assert build(node_objects, bound, scheduling=default).decide(in_b).node in {"b1", "b3"}
+
+
+def test_the_cluster_counts_constrained_groups_as_pods_come_and_go():
+    scheduler = build([node("a"), node("b")], [], scheduling=profile.Scheduling())
+    model = scheduler.cluster
+    first, second = with_port(pod("web-0", gpus=1)), with_port(pod("web-1", gpus=1))
+    solo = pod("solo-0", gpus=1, labels={"app": "solo"}, affinity=HATES_ITS_OWN)
+    for obj in (first, second, solo):
+        scheduler.place(facts(obj))
+    rules = {group[0][0]: count for group, count in model.constrained.items()}
+    assert rules == {"port": 2, "anti": 1}
+    for obj in (first, second, solo):
+        model.unassign(facts(obj).identity)
+    assert not model.constrained
