@@ -313,6 +313,11 @@ class Cluster:
             if index < width:
                 self.gpu_busy[row, index] = busy
 
+    def utilization_known(self) -> bool:
+        """Whether any node has a utilization reading, live or annotated."""
+        size = self.size
+        return not (np.isnan(self.live_utilization[:size]).all() and np.isnan(self.utilization[:size]).all())
+
     def current_utilization(self, rows: np.ndarray) -> np.ndarray:
         """Each row's GPU utilization 0..1: the live source's reading where it has one, else the node annotation's,
         else NaN (unknown)."""

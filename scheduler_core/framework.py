@@ -113,7 +113,10 @@ class Framework:
         total = np.zeros(rows.size)
         weighted: dict[str, np.ndarray] = {}
         for name, plugin, weight in self.scores:
-            part = weight * plugin(cycle, rows)
+            part = plugin(cycle, rows)
+            if not explain and not part.any():
+                continue  # the plugin has nothing to say of this pod (most pods, most plugins): nothing to add
+            part = weight * part
             total += part
             if explain:
                 weighted[name] = part

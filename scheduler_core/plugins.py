@@ -778,9 +778,10 @@ def image_locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
 def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Less busy GPUs first, by the live source's reading (Prometheus) or else the node annotation's; a node
     with neither scores in the middle. For pods asking for GPUs, as extended resources or through DRA claims."""
-    if not cycle.pod.wants_gpu and not cycle.pod.resource_claims:
-        return np.zeros(rows.size)
-    busy = cycle.cluster.current_utilization(rows)
+    cluster = cycle.cluster
+    if not cycle.pod.wants_gpu and not cycle.pod.resource_claims or not cluster.utilization_known():
+        return np.zeros(rows.size)  # no reading anywhere: every node scores in the middle, so none is preferred
+    busy = cluster.current_utilization(rows)
     return 100.0 * (1.0 - np.where(np.isnan(busy), utilization.UNKNOWN, busy))
 
 
