@@ -69,7 +69,7 @@ class RowMemo:
              compute: Callable[[np.ndarray], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         """The columns at `rows`; `compute(stale rows)` gives one array per column."""
         versions = cluster.row_version[: self.seen.size]
-        stale = rows[self.seen[rows] != versions[rows]]
+        stale = rows[(self.seen != versions)[rows]]  # one contiguous compare, one gather
         if stale.size:
             for column, fresh in zip(self.columns, compute(stale)):
                 column[stale] = fresh

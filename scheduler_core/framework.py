@@ -103,7 +103,7 @@ class Framework:
         for _, filter_plugin in plugins.FILTERS:
             for mask, _ in filter_plugin(cycle):
                 np.greater(alive, mask, out=alive)  # alive and not rejected
-            if not alive.any():
+            if not np.count_nonzero(alive):  # (faster than alive.any() on a bool array)
                 return Decision(pod.key, None, reason=self._rejections(cycle, excluded or {}))
         rows = np.flatnonzero(alive)
         problem = self._pre_score_problem(pod) if rows.size > 1 else None
@@ -272,8 +272,9 @@ class Framework:
         if self.cluster.dra_serves_gpus(row, pod):
             return ()  # DRA's devices, allocated in the pod's claim
         count = self.cluster.gpu_count[row]
+        busy = self.cluster.gpu_busy[row, :count]
         return self._devices_on(self.cluster.gpu_free[row, :count], pod, proposed,
-                                busy=self.cluster.gpu_busy[row, :count])
+                                busy=None if np.isnan(busy).all() else busy)  # no reading: no order to follow
 
     def _devices_on(self, free: np.ndarray, pod: PodFacts, proposed: int | None = None, *,
                     busy: np.ndarray | None = None) -> tuple[Device, ...]:

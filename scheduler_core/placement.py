@@ -39,11 +39,11 @@ def before(cycle: Cycle, rows: np.ndarray) -> workloads.NodeState:
     return workloads.state_of(cycle.cluster, rows)
 
 
-def after(cycle: Cycle, rows: np.ndarray) -> workloads.NodeState:
-    """The rows as they would be with the pod on each, on the devices the framework gives it:
-    the lowest-numbered idle GPUs for whole GPUs, the tightest-fitting GPU for a share."""
+def after(cycle: Cycle, rows: np.ndarray, now: workloads.NodeState | None = None) -> workloads.NodeState:
+    """The rows (as they are `now`, if given) as they would be with the pod on each, on the devices the framework
+    gives it: the lowest-numbered idle GPUs for whole GPUs, the tightest-fitting GPU for a share."""
     pod = cycle.pod
-    state = before(cycle, rows)
+    state = now if now is not None else before(cycle, rows)
     free = state.gpu_free.copy()
     if pod.gpus:
         idle = free == GPU_MILLI
@@ -183,11 +183,17 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     pod = cycle.pod
 
     def lost(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # the rows now and with the pod, measured in one call each: they are few (those changed since this shape's
+        # last decision), and numpy's cost per call, not per row, is what a decision pays here
+        now = before(cycle, subset)
+        then = after(cycle, subset, now)
+        both = workloads.NodeState(*(np.concatenate(pair) for pair in zip(
+            (now.gpu_free, now.cpu_free, now.memory_free), (then.gpu_free, then.cpu_free, then.memory_free))))
         matches = workload.matches(cycle.cluster)[subset]
-        then = after(cycle, subset)
-        fragmented, stranded = workload.standing(cycle.cluster, subset)
-        cost = workloads.fragmentation(then, shapes, matches) - fragmented
-        cost += STRANDING_WEIGHT * (workloads.stranding(then, shapes) - stranded)
+        fragmented = workloads.fragmentation(both, shapes, np.concatenate((matches, matches)))
+        stranded = workloads.stranding(both, shapes)
+        size = subset.size
+        cost = fragmented[size:] - fragmented[:size] + STRANDING_WEIGHT * (stranded[size:] - stranded[:size])
         if pod.wants_gpu and shapes.constrained:
             cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
                 cycle.cluster, pod.models)[subset]
