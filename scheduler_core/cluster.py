@@ -35,9 +35,12 @@ Reach = tuple[tuple[tuple[str, str], ...], Any]
 
 
 def constrained_groups(pod: PodFacts) -> list[tuple[Rule, Reach]]:
-    """The groups a pod belongs to whose later pods its placement constrains: a host port keeps them off its node,
+    """The groups a GPU pod belongs to whose later pods its placement constrains: a host port keeps them off its node,
     required pod anti-affinity off its domain, required pod affinity in the domains holding what it selects; each
-    with the pod's reach, as the group's later pods are taken to be like it."""
+    with the pod's reach, as the group's later pods are taken to be like it (GPU pods too: a group of pods without
+    GPUs has no use for the GPU room placement.group_room keeps)."""
+    if not pod.wants_gpu:
+        return []
     rules: list[Rule] = [("port", protocol, port) for _, protocol, port in pod.host_ports]
     if pod.pod_affinity is not None:
         rules += [("anti", term) for term in pod.pod_affinity.anti_required]
@@ -97,6 +100,7 @@ class Cluster:
         self.port_holders: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         # the groups placed pods constrain, for placement.group_room: (rule, reach) -> pods placed; see constrained_groups
         self.constrained: Counter[tuple[Rule, Reach]] = Counter()
+        self.constrained_version = 0  # bumped when those groups, or the pods holding their node-wide rules, change
         self.labels_version = 0  # bumped when labels or taints change: label-derived caches key on it
         self.pod_index = podaffinity.PodIndex()  # the pods on nodes as pod affinity and topology spread look at them
         # namespace -> labels, for namespaceSelectors; None until the namespaces have been listed
@@ -598,7 +602,10 @@ class Cluster:
                 del self.port_holders[(protocol, port)]
 
     def _count_constraints(self, pod: PodFacts, sign: int) -> None:
-        for group in constrained_groups(pod):
+        groups = constrained_groups(pod)
+        if groups or pod.host_ports or (pod.pod_affinity is not None and pod.pod_affinity.anti_required):
+            self.constrained_version += 1  # a group's pod, or a holder of a node-wide rule of any pod, came or went
+        for group in groups:
             self.constrained[group] += sign
             if self.constrained[group] <= 0:
                 del self.constrained[group]

@@ -19,12 +19,14 @@ usage changed (`Cluster.row_version`), which keeps the default policy cheap enou
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from scheduler_core import podaffinity, spread, workloads
-from scheduler_core.cluster import Reach, Rule, constrained_groups
+from scheduler_core.cluster import Cluster, Reach, Rule, constrained_groups
 from scheduler_core.nodes import GPU_MILLI
 from scheduler_core.plugins import Cycle, reach_mismatch, topology_domains
 
@@ -220,7 +222,8 @@ def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     group with plenty of room (more than ROOM_PLENTY places, or GPUs per GPU asked) costs nothing: in a large cluster
     that is every group, and nothing changes; with no such pod placed (openb's trace) every candidate scores 0.
     Counted in device-plugin GPUs (`nvidia.com/gpu` and shares); taints, and terms that select namespaces by label,
-    are not looked at.
+    are not looked at. Node-wide rules (host ports, anti-affinity per hostname) are counted for all groups at once,
+    so a hundred such groups cost about what one does.
     """
     cluster, pod = cycle.cluster, cycle.pod
     if not pod.wants_gpu or not cluster.constrained:
@@ -231,48 +234,109 @@ def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     open_rows = cluster.present[:size] & (free >= GPU_MILLI)  # a place for a pod asking one GPU
     demand = pod.gpus * GPU_MILLI + pod.gpu_milli
     takes_place = open_rows[rows] & (free[rows] - demand < GPU_MILLI)
-    reaches: dict[Reach, tuple[np.ndarray, int]] = {}
-    taken = np.zeros(rows.size)
-    for rule, reach in cluster.constrained:
-        if rule in own or (rule[0] != "port" and rule[1].reads_namespace_labels):
-            continue
+    reaches: dict[Reach, np.ndarray] = {}
+
+    def within(reach: Reach) -> np.ndarray:
         if reach not in reaches:
-            within = open_rows & ~reach_mismatch(cycle, *reach)
-            reaches[reach] = (within, int(np.count_nonzero(within)))
-        within, places = reaches[reach]
+            reaches[reach] = open_rows & ~reach_mismatch(cycle, *reach)
+        return reaches[reach]
+
+    taken = np.zeros(rows.size)
+    incidence = _NodeWide.kept(cycle)
+    for reach, groups in incidence.by_reach.items():
+        places = within(reach)
+        if np.count_nonzero(places) - max(len(_holders(cluster, rule)) for rule in groups) > ROOM_PLENTY:
+            continue  # each group has more places left than that: none is short (a large pool)
+        holder_rows, holder_group = incidence.holders(cluster, reach)
+        hits = places[holder_rows].astype(float)
+        left = float(np.count_nonzero(places)) - np.bincount(holder_group, weights=hits, minlength=len(groups))
+        share = np.where(left <= ROOM_PLENTY, 1.0 / np.maximum(left, 1), 0.0)
+        if own:
+            share[[index for index, rule in enumerate(groups) if rule in own]] = 0.0
+        if share.any():  # the candidate takes a place of every group that does not hold its node already
+            held_share = np.bincount(holder_rows, weights=share[holder_group], minlength=size)
+            taken += (takes_place & places[rows]) * (share.sum() - held_share[rows])
+    for rule, reach in incidence.others:
+        if rule in own:
+            continue
+        term = rule[1]
         if rule[0] == "affinity":
-            inside = _domains_holding(cycle, rule[1].topology_key, cycle.cluster.pod_index.select([rule[1]]))
+            inside = _domains_holding(cycle, term.topology_key, cluster.pod_index.select([term]))
             inside &= cluster.present[:size] & ~reach_mismatch(cycle, *reach)
             room = int(free[inside].sum())
             if room <= ROOM_PLENTY * demand:
                 taken += inside[rows] * np.minimum(demand, free[rows]) / max(room, 1)
             continue
-        held = _held(cycle, rule, places)
-        if held is None:
-            continue
-        left = int(np.count_nonzero(within & ~held))
-        if left <= ROOM_PLENTY:
-            taken += (takes_place & within[rows] & ~held[rows]) / max(left, 1)
+        held = _domains_holding_term(cycle, term)  # anti-affinity over a wider domain (a zone): held domain-wide
+        places = within(reach)
+        places_left = int(np.count_nonzero(places & ~held))
+        if places_left <= ROOM_PLENTY:
+            taken += (takes_place & places[rows] & ~held[rows]) / max(places_left, 1)
     return 100.0 * np.clip(1.0 - taken, 0.0, 1.0)
 
 
-def _held(cycle: Cycle, rule: Rule, places: int) -> np.ndarray | None:
-    """The rows a node-exclusive rule (a host port, required anti-affinity) keeps the group's later pods off, by every
-    pod that holds it; None when, one node a domain, the group keeps more than ROOM_PLENTY of its `places` anyway."""
-    size = cycle.rows
+def _node_wide(rule: Rule) -> bool:
+    """A rule that keeps the group's later pods off the very nodes holding it: a host port, or required
+    anti-affinity per hostname."""
+    return rule[0] == "port" or (rule[0] == "anti" and rule[1].topology_key == spread.HOSTNAME
+                                 and not rule[1].reads_namespace_labels)
+
+
+def _holders(cluster: Cluster, rule: Rule) -> Mapping[int, Any]:
+    """The rows holding a node-wide rule (by any pod, of the group or not), as keys."""
     if rule[0] == "port":
-        holders = cycle.cluster.port_holders.get(rule[1:], {})
-        if places - len(holders) > ROOM_PLENTY:
-            return None
-        held = np.zeros(size, dtype=bool)
-        held[list(holders)] = True
-        return held
-    term = rule[1]
-    rows = cycle.cluster.pod_index.anti_terms.rows.get((term, 1), Counter())
-    if term.topology_key == spread.HOSTNAME and places - len(rows) > ROOM_PLENTY:
-        return None
+        return cluster.port_holders.get(rule[1:], {})
+    return cluster.pod_index.anti_terms.rows.get((rule[1], 1), {})
+
+
+@dataclass
+class _NodeWide:
+    """The groups with node-wide rules, by reach, and (made when a reach's groups may be short of places) every (row
+    holding the rule, group) pair as two arrays. Made again only when such a group or a holder of its rule comes or
+    goes (Cluster.constrained_version), so a decision counts all groups' places in a few array operations. `others`:
+    the groups whose rules are counted one by one (affinity, anti-affinity over wider domains), leaving out terms that
+    select namespaces by label."""
+
+    by_reach: dict[Reach, list[Rule]]
+    others: list[tuple[Rule, Reach]]
+    _pairs: dict[Reach, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    @classmethod
+    def kept(cls, cycle: Cycle) -> _NodeWide:
+        """The cluster's, kept in the cycle's caches in one slot (it changes with every such pod placed)."""
+        cluster = cycle.cluster
+        version = (cluster.constrained_version, cluster.labels_version, cluster.size)
+        found = cycle.caches.get("group-room")
+        if found is None or found[0] != version:
+            found = cycle.caches["group-room"] = (version, cls.of(cluster))
+        return found[1]
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> _NodeWide:
+        by_reach: dict[Reach, list[Rule]] = {}
+        others = []
+        for rule, reach in cluster.constrained:
+            if _node_wide(rule):
+                by_reach.setdefault(reach, []).append(rule)
+            elif not rule[1].reads_namespace_labels:
+                others.append((rule, reach))
+        return cls(by_reach, others)
+
+    def holders(self, cluster: Cluster, reach: Reach) -> tuple[np.ndarray, np.ndarray]:
+        """(row, group's index in by_reach[reach]) for every row holding each group's rule."""
+        if reach not in self._pairs:
+            held = [_holders(cluster, rule) for rule in self.by_reach[reach]]
+            rows = np.fromiter((row for found in held for row in found), dtype=np.int64,
+                               count=sum(len(found) for found in held))
+            self._pairs[reach] = (rows, np.repeat(np.arange(len(held)), [len(found) for found in held]))
+        return self._pairs[reach]
+
+
+def _domains_holding_term(cycle: Cycle, term: podaffinity.AffinityTerm) -> np.ndarray:
+    """The rows in a domain of the term's key where a placed pod carries it as required anti-affinity."""
     domains = topology_domains(cycle)(term.topology_key)
-    return (domains.per_domain(*podaffinity.rows_of([rows])) > 0)[domains.ids][:size]
+    holders = cycle.cluster.pod_index.anti_terms.rows.get((term, 1), Counter())
+    return (domains.per_domain(*podaffinity.rows_of([holders])) > 0)[domains.ids][: cycle.rows]
 
 
 def _domains_holding(cycle: Cycle, key: str, groups: list[podaffinity.LabelGroup]) -> np.ndarray:

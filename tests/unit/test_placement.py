@@ -301,10 +301,67 @@ def test_the_cluster_counts_constrained_groups_as_pods_come_and_go():
     model = scheduler.cluster
     first, second = with_port(pod("web-0", gpus=1)), with_port(pod("web-1", gpus=1))
     solo = pod("solo-0", gpus=1, labels={"app": "solo"}, affinity=HATES_ITS_OWN)
-    for obj in (first, second, solo):
+    no_gpu = with_port(pod("proxy-0", cpu="1"))  # needs no GPU room: no group of group-room's
+    for obj in (first, second, solo, no_gpu):
         scheduler.place(facts(obj))
     rules = {group[0][0]: count for group, count in model.constrained.items()}
     assert rules == {"port": 2, "anti": 1}
-    for obj in (first, second, solo):
+    for obj in (first, second, solo, no_gpu):
         model.unassign(facts(obj).identity)
     assert not model.constrained
+
+
+def reference_room(scheduler, incoming, rows):
+    """group-room's score, group by group, straight from its definition (node-wide rules, one reach)."""
+    from scheduler_core import cluster as cluster_module
+
+    model = scheduler.cluster
+    size = model.size
+    free = model.gpu_count[:size] * 1000 - model.gpu_used[:size]
+    open_rows = model.present[:size] & (free >= 1000)
+    demand = incoming.gpus * 1000
+    own = {rule for rule, _ in cluster_module.constrained_groups(incoming)}
+    taken = np.zeros(rows.size)
+    for rule, _ in model.constrained:
+        if rule in own:
+            continue
+        holders = (model.port_holders.get(rule[1:], {}) if rule[0] == "port"
+                   else model.pod_index.anti_terms.rows.get((rule[1], 1), {}))
+        left = sum(1 for row in range(size) if open_rows[row] and row not in holders)
+        for position, row in enumerate(rows):
+            if open_rows[row] and free[row] - demand < 1000 and row not in holders:
+                taken[position] += 1 / max(left, 1)
+    return 100.0 * np.clip(1.0 - taken, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_room_counts_every_group_as_its_definition_does(seed):
+    """Random small clusters with host-port and anti-affinity groups, counted all at once: the same as one by one."""
+    from scheduler_core import placement, plugins
+
+    rng = np.random.default_rng(seed)
+    node_objects = [node(f"n{i}", gpus=int(rng.choice([2, 4, 8]))) for i in range(8)]
+    bound, used = [], Counter()
+    for index in range(12):
+        where = f"n{rng.integers(8)}"
+        capacity = int(node_objects[int(where[1:])]["status"]["allocatable"]["nvidia.com/gpu"])
+        if used[where] >= capacity:
+            continue
+        used[where] += 1
+        kind = rng.choice(["port", "anti", "plain"])
+        app = f"g{rng.integers(3)}"
+        if kind == "port":
+            obj = pod(f"p{index}", gpus=1, node_name=where)
+            obj["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8000 + int(app[1:])}]
+        elif kind == "anti":
+            hates = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}
+            obj = pod(f"p{index}", gpus=1, node_name=where, labels={"app": app}, affinity=hates)
+        else:
+            obj = pod(f"p{index}", gpus=1, node_name=where)
+        bound.append(obj)
+    scheduler = build(node_objects, bound, scheduling=profile.Scheduling())
+    incoming = facts(pod("plain", gpus=int(rng.choice([1, 2]))))
+    rows = np.flatnonzero(scheduler.fitting(incoming))
+    cycle = plugins.Cycle(scheduler.cluster, incoming, {})
+    assert np.allclose(placement.group_room(cycle, rows), reference_room(scheduler, incoming, rows))
