@@ -19,7 +19,7 @@ usage changed (`Cluster.row_version`), which keeps the default policy cheap enou
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,13 +261,15 @@ def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
             continue
         term = rule[1]
         if rule[0] == "affinity":
-            inside = _domains_holding(cycle, term.topology_key, cluster.pod_index.select([term]))
+            selected = (group.rows for group in cluster.pod_index.select([term]))
+            inside = _domains_holding(cycle, term.topology_key, selected)
             inside &= cluster.present[:size] & ~reach_mismatch(cycle, *reach)
             room = int(free[inside].sum())
             if room <= ROOM_PLENTY * demand:
                 taken += inside[rows] * np.minimum(demand, free[rows]) / max(room, 1)
             continue
-        held = _domains_holding_term(cycle, term)  # anti-affinity over a wider domain (a zone): held domain-wide
+        # anti-affinity over a wider domain (a zone): held domain-wide
+        held = _domains_holding(cycle, term.topology_key, [cluster.pod_index.anti_terms.rows.get((term, 1), Counter())])
         places = within(reach)
         places_left = int(np.count_nonzero(places & ~held))
         if places_left <= ROOM_PLENTY:
@@ -332,17 +334,10 @@ class _NodeWide:
         return self._pairs[reach]
 
 
-def _domains_holding_term(cycle: Cycle, term: podaffinity.AffinityTerm) -> np.ndarray:
-    """The rows in a domain of the term's key where a placed pod carries it as required anti-affinity."""
-    domains = topology_domains(cycle)(term.topology_key)
-    holders = cycle.cluster.pod_index.anti_terms.rows.get((term, 1), Counter())
-    return (domains.per_domain(*podaffinity.rows_of([holders])) > 0)[domains.ids][: cycle.rows]
-
-
-def _domains_holding(cycle: Cycle, key: str, groups: list[podaffinity.LabelGroup]) -> np.ndarray:
-    """The rows in a domain of `key` that holds a pod of `groups`."""
+def _domains_holding(cycle: Cycle, key: str, pods: Iterable[Counter[int]]) -> np.ndarray:
+    """The rows in a domain of `key` that holds one of `pods` (counts by row)."""
     domains = topology_domains(cycle)(key)
-    return (domains.per_domain(*podaffinity.rows_of(group.rows for group in groups)) > 0)[domains.ids][: cycle.rows]
+    return (domains.per_domain(*podaffinity.rows_of(pods)) > 0)[domains.ids][: cycle.rows]
 
 
 def _workload(cycle: Cycle) -> workloads.Workload:

@@ -293,7 +293,6 @@ class PodIndex:
     def __init__(self) -> None:
         self.groups: dict[str, dict[tuple[Any, ...], LabelGroup]] = {}
         self.anti_terms = PlacedTerms()
-        self.affinity_terms = PlacedTerms()  # their required affinity, which only placement.group_room reads
         self.scoring_terms = PlacedTerms()
         self.version = 0  # bumped when a group appears or goes: the selections cached below key on it
         self._selected: dict[Any, tuple[int, list[LabelGroup]]] = {}
@@ -314,8 +313,6 @@ class PodIndex:
         if terms is not None:
             for term in terms.anti_required:
                 self.anti_terms.add(term, 1, row)
-            for term in terms.required:
-                self.affinity_terms.add(term, 1, row)
             for term, weight in _weighted_terms(terms):
                 self.scoring_terms.add(term, weight, row)
 
@@ -338,8 +335,6 @@ class PodIndex:
         if terms is not None:
             for term in terms.anti_required:
                 self.anti_terms.remove(term, 1, row)
-            for term in terms.required:
-                self.affinity_terms.remove(term, 1, row)
             for term, weight in _weighted_terms(terms):
                 self.scoring_terms.remove(term, weight, row)
 

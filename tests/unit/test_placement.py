@@ -365,3 +365,20 @@ def test_group_room_counts_every_group_as_its_definition_does(seed):
     rows = np.flatnonzero(scheduler.fitting(incoming))
     cycle = plugins.Cycle(scheduler.cluster, incoming, {})
     assert np.allclose(placement.group_room(cycle, rows), reference_room(scheduler, incoming, rows))
+
+
+def test_anti_affinity_per_zone_holds_the_whole_zone():
+    """A group hating its own per zone holds zone z1 (its pod is there): b's last GPU in z2 is one of its places,
+    a's last GPU in z1 is none, so a pod of no group costs the group something on b and nothing on a."""
+    from scheduler_core import placement, plugins
+
+    per_zone = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "solo"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}
+    node_objects = [node("a", gpus=2, zone="z1"), node("b", gpus=2, zone="z2"), node("c", gpus=8, zone="z3")]
+    bound = [pod("solo-0", gpus=1, node_name="a", labels={"app": "solo"}, affinity=per_zone),
+             pod("x", gpus=1, node_name="b")]
+    scheduler = build(node_objects, bound, scheduling=profile.Scheduling())
+    cycle = plugins.Cycle(scheduler.cluster, facts(pod("plain", gpus=1)), {})
+    rows = np.array([scheduler.cluster.index[name] for name in ("a", "b", "c")])
+    on_a, on_b, on_c = placement.group_room(cycle, rows)
+    assert on_a == on_c == 100.0 and on_b == 50.0  # b is one of the group's two places (b, c)
