@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpu_scheduler import watching
-from gpu_scheduler.runtime import binding, events, metrics, plugins, writes
+from gpu_scheduler.runtime import binding, events, inorder, metrics, plugins, writes
 from gpu_scheduler.runtime import framework as runtime
 from gpu_scheduler.runtime.framework import REPORT_INTERVAL, BindingCycle, Plugin, Rejected, Wait
 from scheduler_core import framework, preemption, queueing, watched
@@ -85,6 +85,7 @@ class LiveScheduler:
         # Unschedulable reports go through their own small pool, so they never hold up a binding, and at
         # most two at a time compete with the bindings for the apiserver.
         self.reporter = ThreadPoolExecutor(2, thread_name_prefix="reporter")
+        self.reports = inorder.InOrder(self.reporter)  # one pod's reports reach the API in the order made
         # A bound pod's Scheduled event and devices record trail the bindings: they wait until the burst is over
         # (_record_bound), up to TRAILING_WAIT, so during a burst the apiserver spends itself on bindings first.
         self.recorder = ThreadPoolExecutor(2, thread_name_prefix="recorder")
@@ -462,7 +463,7 @@ class LiveScheduler:
         if nominate is None and last is not None and last[0] == message and now - last[1] < REPORT_INTERVAL:
             return
         self.reported[pending.uid] = (message, now)
-        self.reporter.submit(self._report, pending, message, nominate, event)
+        self.reports.submit(pending.uid, self._report, pending, message, nominate, event)
 
     def remember_report(self, uid: str, message: str) -> None:
         self.reported[uid] = (message, time.monotonic())
