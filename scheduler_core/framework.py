@@ -112,9 +112,10 @@ class Framework:
 
         total = np.zeros(rows.size)
         weighted: dict[str, np.ndarray] = {}
+        nothing = cycle.no_score(rows)
         for name, plugin, weight in self.scores:
             part = plugin(cycle, rows)
-            if not explain and not part.any():
+            if part is nothing and not explain:
                 continue  # the plugin has nothing to say of this pod (most pods, most plugins): nothing to add
             part = weight * part
             total += part

@@ -167,6 +167,7 @@ def _propose_devices(cycle: Cycle, plugin: str, rows: np.ndarray, device: np.nda
 
 STRANDING_WEIGHT = 1.0
 CONTENTION_WEIGHT = 1.0
+SHARED_STANDING_ABOVE = 64  # rows measured for one decision past which the standing measure is shared by shapes
 
 
 def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
@@ -179,23 +180,32 @@ def gpu_fragmentation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     need that model ask for it than its share of the cluster (so scarce models stay free for them).
     """
     if cycle.node_policy != "binpack":
-        return np.zeros(rows.size)  # spreading is the admin's choice: this plugin stands aside
+        return cycle.no_score(rows)  # spreading is the admin's choice: this plugin stands aside
     workload = _workload(cycle)
     shapes = workload.shapes()
     pod = cycle.pod
 
     def lost(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # the rows now and with the pod, measured in one call each: they are few (those changed since this shape's
-        # last decision), and numpy's cost per call, not per row, is what a decision pays here
         now = before(cycle, subset)
         then = after(cycle, subset, now)
-        both = workloads.NodeState(*(np.concatenate(pair) for pair in zip(
-            (now.gpu_free, now.cpu_free, now.memory_free), (then.gpu_free, then.cpu_free, then.memory_free))))
         matches = workload.matches(cycle.cluster)[subset]
-        fragmented = workloads.fragmentation(both, shapes, np.concatenate((matches, matches)))
-        stranded = workloads.stranding(both, shapes)
-        size = subset.size
-        cost = fragmented[size:] - fragmented[:size] + STRANDING_WEIGHT * (stranded[size:] - stranded[:size])
+        if subset.size > SHARED_STANDING_ABOVE:
+            # many rows: the first decision of this shape since the shapes were summarised again. The rows as they
+            # are now are measured once for every shape (Workload.standing), only the pod's effect per shape
+            fragmented_now, stranded_now = workload.standing(cycle.cluster, subset)
+            fragmented_then = workloads.fragmentation(then, shapes, matches)
+            stranded_then = workloads.stranding(then, shapes)
+        else:
+            # few rows (those changed since this shape's last decision): now and with the pod in one call each, as
+            # numpy's cost per call, not per row, is what a decision pays here
+            both = workloads.NodeState(*(np.concatenate(pair) for pair in zip(
+                (now.gpu_free, now.cpu_free, now.memory_free), (then.gpu_free, then.cpu_free, then.memory_free))))
+            fragmented = workloads.fragmentation(both, shapes, np.concatenate((matches, matches)))
+            stranded = workloads.stranding(both, shapes)
+            size = subset.size
+            fragmented_now, fragmented_then = fragmented[:size], fragmented[size:]
+            stranded_now, stranded_then = stranded[:size], stranded[size:]
+        cost = fragmented_then - fragmented_now + STRANDING_WEIGHT * (stranded_then - stranded_now)
         if pod.wants_gpu and shapes.constrained:
             cost += CONTENTION_WEIGHT * (pod.gpus * GPU_MILLI + pod.gpu_milli) * workload.contention(
                 cycle.cluster, pod.models)[subset]
@@ -227,7 +237,7 @@ def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """
     cluster, pod = cycle.cluster, cycle.pod
     if not pod.wants_gpu or not cluster.constrained:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     own = {rule for rule, _ in constrained_groups(pod)}
     size = cycle.rows
     free = cluster.gpu_count[:size] * GPU_MILLI - cluster.gpu_used[:size]

@@ -59,6 +59,16 @@ class Cycle:
             found = self.caches[full_key] = compute()
         return found
 
+    def no_score(self, rows: np.ndarray) -> np.ndarray:
+        """A score plugin's "nothing to say of this pod": zeros for `rows`, one read-only array for the whole
+        decision, which the framework knows and skips unread (finding an array all zero costs a decision more than
+        most plugins that have nothing to say)."""
+        found = self.extras.get("no-score")
+        if found is None or found.size != rows.size:
+            found = self.extras["no-score"] = np.zeros(rows.size)
+            found.flags.writeable = False
+        return found
+
     def by_row(self, key: Any, rows: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """`compute(rows)`, for a per-row function of each node's facts and usage and of `key` (what it reads
         of the pod), kept between decisions in a `RowMemo` (the least recently used dropped past
@@ -664,7 +674,7 @@ def gpu_placement(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """
     pod, cluster = cycle.pod, cycle.cluster
     if not pod.wants_gpu:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     total = cluster.gpu_count[rows] * GPU_MILLI
     demand = pod.gpus * GPU_MILLI + pod.gpu_milli
     after = (cluster.gpu_used[rows] + demand) / np.maximum(total, 1)
@@ -692,10 +702,10 @@ def zone_balance(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """
     cluster = cycle.cluster
     if not cycle.pod.wants_gpu:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     slots = cluster.zone[rows] + 1  # 0: no zone
     if rows.size == 0 or slots.min() == slots.max():
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     free = cluster.gpu_count[rows] * GPU_MILLI - cluster.gpu_used[rows]
     in_zone = np.bincount(slots, weights=free).astype(np.int64)
     return _normalized(in_zone[slots], reverse=False)
@@ -729,7 +739,7 @@ def balanced_allocation(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     pod, cluster = cycle.pod, cycle.cluster
     requests = [pod.requests.get(resource, 0) for resource in BALANCED_RESOURCES]
     if not any(requests):
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
 
     def compute(subset: np.ndarray) -> np.ndarray:
         before: list[np.ndarray] = []
@@ -761,7 +771,7 @@ def image_locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     pull every pod to the same few nodes), between 23 MiB and 1000 MiB per container, as upstream."""
     pod, cluster = cycle.pod, cycle.cluster
     if not pod.images or not cluster.images:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     held = np.zeros(cycle.rows, dtype=np.int64)
     for name, uses in pod.images:
         holders = cluster.image_holders(name)
@@ -780,7 +790,7 @@ def gpu_utilization(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     with neither scores in the middle. For pods asking for GPUs, as extended resources or through DRA claims."""
     cluster = cycle.cluster
     if not cycle.pod.wants_gpu and not cycle.pod.resource_claims or not cluster.utilization_known():
-        return np.zeros(rows.size)  # no reading anywhere: every node scores in the middle, so none is preferred
+        return cycle.no_score(rows)  # no reading anywhere: every node scores in the middle, so none is preferred
     busy = cluster.current_utilization(rows)
     return 100.0 * (1.0 - np.where(np.isnan(busy), utilization.UNKNOWN, busy))
 
@@ -790,9 +800,8 @@ def dra_devices(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     once the claims are allocated there, as nodePolicy wants it (binpack: fuller nodes first; spread: emptier).
     0 for other pods, and on nodes where nothing is allocated for the pod."""
     outcomes = cycle.extras.get("dra-outcomes")
-    scores = np.zeros(rows.size)
     if not outcomes:
-        return scores
+        return cycle.no_score(rows)
     resources, prepared = cycle.cluster.dra, cycle.extras["dra"]
     wanted = [request for index in prepared.to_allocate for request in prepared.records[index].claim.requests]
     fixed = (sum(request[0].count for request in wanted)  # the same on every node: exact counts, no alternatives
@@ -818,15 +827,15 @@ def dra_demand(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     The least pressed allocation scores 100, the most pressed 0. 0 for other pods."""
     outcomes = cycle.extras.get("dra-outcomes")
     if not outcomes:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     pressure = cycle.cluster.dra.pressure()
     found = np.array(pressure.of_each(map(outcomes.get, rows.tolist())), dtype=float)
     fits = ~np.isnan(found)
     if not fits.any():
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     low, high = found[fits].min(), found[fits].max()
     if high - low < 1e-9:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     return np.where(fits, 100.0 * (high - np.where(fits, found, high)) / (high - low), 0.0)
 
 
@@ -834,9 +843,9 @@ def dynamic_resources_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Upstream's DynamicResources Score: a node where a claim's earlier `firstAvailable` alternative could be
     allocated scores higher (8 - its index, summed), normalised to 0..100 over the candidates."""
     outcomes, prepared = cycle.extras.get("dra-outcomes"), cycle.extras.get("dra")
-    raw = np.zeros(rows.size, dtype=np.int64)
     if not outcomes or prepared is None or not any(any(r.claim.prioritized) for r in prepared.records):
-        return raw.astype(float)
+        return cycle.no_score(rows)
+    raw = np.zeros(rows.size, dtype=np.int64)
     already = sum(dra_allocator.alternative_score(record.claim, record.allocation or {})
                   for record in prepared.records if record.allocation is not None)
     for position, row in enumerate(rows.tolist()):
@@ -854,14 +863,14 @@ def spot_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
         return np.where(spot, 100.0, 0.0)
     if cycle.pod.spot == "avoid":
         return np.where(spot, 0.0, 100.0)
-    return np.zeros(rows.size)
+    return cycle.no_score(rows)
 
 
 def locality(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """Same node as pods of the same application: 100; same zone: 50 (seed's AZ and network locality)."""
     app = cycle.pod.app
     if not app:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     cluster = cycle.cluster
     scores = np.zeros(rows.size)
     zones = [zone for zone, count in cluster.app_in_zone.get(app, {}).items() if count > 0]
@@ -881,7 +890,7 @@ def node_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     """The weights of the preferred terms a node matches, scaled so the best candidate gets 100."""
     terms = cycle.pod.preferred_terms
     if not terms:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
 
     def compute() -> np.ndarray:
         raw = np.zeros(cycle.rows, dtype=np.int64)
@@ -920,7 +929,7 @@ def inter_pod_affinity_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     summed per topology domain and normalised from the lowest candidate (0) to the highest (100)."""
     terms, index = cycle.pod.pod_affinity, cycle.cluster.pod_index
     if (terms is None or not (terms.preferred or terms.anti_preferred)) and not index.scoring_terms:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     totals = podaffinity.preference_totals(index, _incoming(cycle), topology_domains(cycle), cycle.rows)
     return podaffinity.normalized(totals[rows])
 
@@ -933,10 +942,10 @@ def pod_topology_spread_preference(cycle: Cycle, rows: np.ndarray) -> np.ndarray
     if constraints is None:
         defaults = _system_defaults(cycle)
         if not defaults:
-            return np.zeros(rows.size)
+            return cycle.no_score(rows)
         return spread.scores(defaults, rows, _spread_nodes(cycle), system_defaulted=True)
     if not constraints.soft:
-        return np.zeros(rows.size)
+        return cycle.no_score(rows)
     return spread.scores(constraints.soft, rows, _spread_nodes(cycle))
 
 

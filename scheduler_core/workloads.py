@@ -9,6 +9,7 @@ a scheduling cycle carries its workload (scheduler_core.plugins.Cycle).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,12 @@ class Shapes:
     constrained: tuple[tuple[tuple[frozenset[str], ...], float], ...]  # models -> share of all GPU demand
     demands: np.ndarray  # the distinct per-GPU needs ...
     demand_of: np.ndarray  # ... and which of them each shape has
+
+    @functools.cached_property
+    def needs(self) -> np.ndarray:
+        """4 x shapes: the free cpu, memory, idle GPUs and room on one GPU a node needs for each shape (in the
+        order of `fragmentation`'s `have`)."""
+        return np.stack((self.cpu, self.memory, self.gpus, self.gpu_milli)).astype(np.int64)
 
 
 class Workload:
@@ -263,12 +270,11 @@ def fragmentation(state: NodeState, shapes: Shapes, matches: np.ndarray) -> np.n
     idle = free.sum(axis=1)
     if shapes.popularity.size == 0:
         return np.zeros(free.shape[0])
-    unusable = np.stack([np.where(free < d, free, 0).sum(axis=1) for d in shapes.demands], axis=1)  # rows x demands
-    whole = (free == GPU_MILLI).sum(axis=1)
-    largest = free.max(axis=1)
-    fits = matches & (state.cpu_free[:, None] >= shapes.cpu[None, :])
-    fits &= state.memory_free[:, None] >= shapes.memory[None, :]
-    fits &= (whole[:, None] >= shapes.gpus[None, :]) & (largest[:, None] >= shapes.gpu_milli[None, :])
+    # in as few numpy calls as the measure allows: a decision measures a row or two, where each call's fixed cost,
+    # not the rows, is what it pays
+    unusable = (free[:, :, None] * (free[:, :, None] < shapes.demands)).sum(axis=1)  # rows x demands
+    have = np.concatenate((state.cpu_free, state.memory_free, (free == GPU_MILLI).sum(axis=1), free.max(axis=1)))
+    fits = matches & (have.reshape(4, -1, 1) >= shapes.needs[:, None, :]).all(axis=0)  # rows x shapes
     per_shape = np.where(fits, unusable[:, shapes.demand_of], idle[:, None])
     return per_shape @ shapes.popularity
 

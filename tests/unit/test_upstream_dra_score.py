@@ -54,6 +54,11 @@ def test_upstream_compute_score_case(case):
     assert our_score(case) == case["got_score"] == case["want_score"]
 
 
+def no_score(rows: np.ndarray) -> np.ndarray:
+    """Cycle.no_score, for the stand-in cycles below."""
+    return np.zeros(rows.size)
+
+
 @pytest.mark.skipif(not DATA["normalize_score"], reason=f"{TABLE.name} not generated")
 @pytest.mark.parametrize("case", DATA["normalize_score"], ids=[c["name"] for c in DATA["normalize_score"]])
 def test_upstream_normalize_score_case(case, monkeypatch):
@@ -63,7 +68,7 @@ def test_upstream_normalize_score_case(case, monkeypatch):
     record = SimpleNamespace(claim=SimpleNamespace(prioritized=(True,)), allocation=None)
     prepared = SimpleNamespace(records=[record], to_allocate=[0])
     outcomes = {row: [{"raw": s["score"]}] for row, s in enumerate(case["scores"])}
-    cycle = SimpleNamespace(extras={"dra-outcomes": outcomes, "dra": prepared})
+    cycle = SimpleNamespace(extras={"dra-outcomes": outcomes, "dra": prepared}, no_score=no_score)
     ours = plugins.dynamic_resources_preference(cycle, np.arange(len(case["scores"])))
     assert [s["name"] for s in case["got"]] == [s["name"] for s in case["scores"]]
     assert ours.tolist() == [float(s["score"]) for s in case["got"]]
@@ -101,6 +106,6 @@ def test_upstream_plugin_score_case(case):
         raw = already + sum(allocator.alternative_score(prepared.records[index].claim, allocation)
                             for index, allocation in zip(prepared.to_allocate, outcome))
         assert raw == case["score"][name]["got"] == case["score"][name]["want"], name
-    cycle = SimpleNamespace(extras={"dra-outcomes": outcomes, "dra": prepared})
+    cycle = SimpleNamespace(extras={"dra-outcomes": outcomes, "dra": prepared}, no_score=no_score)
     ours = plugins.dynamic_resources_preference(cycle, np.arange(len(order)))
     assert ours.tolist() == [float(s["score"]) for s in case["normalized"]]
