@@ -255,11 +255,12 @@ def group_room(cycle: Cycle, rows: np.ndarray) -> np.ndarray:
     incidence = _NodeWide.kept(cycle)
     for reach, groups in incidence.by_reach.items():
         places = within(reach)
-        if np.count_nonzero(places) - max(len(_holders(cluster, rule)) for rule in groups) > ROOM_PLENTY:
+        count = np.count_nonzero(places)
+        if count - max(len(_holders(cluster, rule)) for rule in groups) > ROOM_PLENTY:
             continue  # each group has more places left than that: none is short (a large pool)
         holder_rows, holder_group = incidence.holders(cluster, reach)
         hits = places[holder_rows].astype(float)
-        left = float(np.count_nonzero(places)) - np.bincount(holder_group, weights=hits, minlength=len(groups))
+        left = float(count) - np.bincount(holder_group, weights=hits, minlength=len(groups))
         share = np.where(left <= ROOM_PLENTY, 1.0 / np.maximum(left, 1), 0.0)
         if own:
             share[[index for index, rule in enumerate(groups) if rule in own]] = 0.0
